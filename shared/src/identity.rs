@@ -1,0 +1,156 @@
+//! Who a request acts as (CONTRACT §3): account, user and optional actor
+//! peer, each a validated name, and what that identity may see.
+
+use std::fmt;
+
+use crate::uri::VikingUri;
+
+/// Why a name is not a valid account, user or peer id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind} must be 1-128 characters of [A-Za-z0-9_.@-] and not '.' or '..': {value:?}")]
+pub struct NameError {
+    /// Which kind of name (`account id`, `user id`, `peer id`).
+    pub kind: &'static str,
+    /// The rejected value.
+    pub value: String,
+}
+
+fn validate(kind: &'static str, value: &str) -> Result<String, NameError> {
+    let ok = (1..=128).contains(&value.len())
+        && value != "."
+        && value != ".."
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'@'));
+    if ok {
+        Ok(value.to_owned())
+    } else {
+        Err(NameError { kind, value: value.to_owned() })
+    }
+}
+
+macro_rules! name_type {
+    ($(#[$doc:meta])* $name:ident, $kind:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Validates `value`: 1-128 characters of `[A-Za-z0-9_.@-]`, not `.` or `..`.
+            ///
+            /// # Errors
+            /// A [`NameError`] naming the value.
+            pub fn new(value: &str) -> Result<Self, NameError> {
+                validate($kind, value).map(Self)
+            }
+
+            /// The name as text.
+            #[must_use]
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+name_type!(
+    /// An account (tenant) id: the top of the store layout.
+    AccountId,
+    "account id"
+);
+name_type!(
+    /// A user id within an account.
+    UserId,
+    "user id"
+);
+name_type!(
+    /// A peer (an agent host or project acting for the user).
+    PeerId,
+    "peer id"
+);
+
+/// The identity a request acts as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The account; a request never sees another account.
+    pub account: AccountId,
+    /// The user; a request sees its own tree and the shared roots.
+    pub user: UserId,
+    /// The acting peer, when the client names one.
+    pub actor_peer: Option<PeerId>,
+}
+
+/// The shared roots every user of an account may read.
+pub const SHARED_ROOTS: [&str; 2] = ["viking://resources", "viking://agent/skills"];
+
+impl Identity {
+    /// `viking://user/{user}`.
+    #[must_use]
+    pub fn user_root(&self) -> VikingUri {
+        uri_of(&format!("user/{}", self.user))
+    }
+
+    /// Whether this identity may read at or below `uri`: its own user tree,
+    /// a shared root, or an ancestor of those used as a search target
+    /// (`viking://`, `viking://user`, `viking://agent` are narrowed to what
+    /// the caller may see by [`Identity::visible_roots`]).
+    #[must_use]
+    pub fn may_read(&self, uri: &VikingUri) -> bool {
+        self.visible_roots().iter().any(|root| uri.is_under(root) || root.is_under(uri))
+    }
+
+    /// The roots this identity can see: its user tree and the shared roots.
+    #[must_use]
+    pub fn visible_roots(&self) -> Vec<VikingUri> {
+        let mut roots = vec![self.user_root()];
+        roots.extend(SHARED_ROOTS.iter().map(|r| uri_of(&r["viking://".len()..])));
+        roots
+    }
+}
+
+/// A URI from a path built only from validated names and constants.
+fn uri_of(path: &str) -> VikingUri {
+    VikingUri::from_path(path).expect("validated names and constants form a valid uri")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alice() -> Identity {
+        Identity {
+            account: AccountId::new("default").expect("valid"),
+            user: UserId::new("alice").expect("valid"),
+            actor_peer: None,
+        }
+    }
+
+    #[test]
+    fn names_are_validated() {
+        assert!(UserId::new("alice_01@x.y-z").is_ok());
+        for bad in ["", ".", "..", "a/b", "a b", "é", &"x".repeat(129)] {
+            let err = UserId::new(bad).expect_err(bad);
+            assert!(err.to_string().starts_with("user id must be"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_user_reads_its_tree_and_the_shared_roots_only() {
+        let me = alice();
+        let u = |s: &str| VikingUri::parse(s).expect("valid");
+        assert!(me.may_read(&u("viking://user/alice/memories/x.md")));
+        assert!(me.may_read(&u("viking://resources/aws")));
+        assert!(me.may_read(&u("viking://agent/skills/deploy/SKILL.md")));
+        assert!(me.may_read(&u("viking://")));
+        assert!(!me.may_read(&u("viking://user/bob/memories")));
+        assert!(!me.may_read(&u("viking://user/alicex")));
+        assert!(!me.may_read(&u("viking://agent/private")));
+        assert!(!me.may_read(&u("viking://session/123")));
+    }
+}

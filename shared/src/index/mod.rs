@@ -1,0 +1,575 @@
+//! The vector index (CONTRACT §5): immutable segments plus a manifest
+//! updated by compare-and-swap, so concurrent writers lose nothing; exact
+//! cosine search over a loaded [`IndexSnapshot`]; and an [`IndexCache`] that
+//! keeps snapshots warm and revalidates the manifest's etag cheaply.
+//!
+//! Store layout: `accounts/{account}/index/manifest.json` and
+//! `accounts/{account}/index/segments/{hash}.seg`. A later segment's record
+//! for the same `(uri, level)` replaces an earlier one; a tombstone removes it.
+
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::cmp::{Ordering, Reverse};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::embed::dot;
+use crate::identity::AccountId;
+use crate::store::{PutMode, SharedStore, StoreError, content_etag};
+use crate::uri::VikingUri;
+
+pub mod extract;
+pub mod filter;
+pub mod record;
+pub mod segment;
+
+pub use filter::Filter;
+pub use record::{Category, ContextType, Level, Record};
+pub use segment::{Segment, Tombstone};
+
+/// Segments at which a commit also compacts the index into one segment.
+pub const COMPACT_AT: usize = 16;
+/// Compare-and-swap attempts before a commit gives up.
+const CAS_ATTEMPTS: u32 = 64;
+
+/// What the index failed to do.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The index was built by another embedder (or dimension).
+    #[error("index of account {account} was built with embedder {index} but the configured embedder is {configured}; re-ingest to switch")]
+    EmbedderMismatch {
+        /// The account.
+        account: String,
+        /// The index's embedder id and dimension.
+        index: String,
+        /// The configured one.
+        configured: String,
+    },
+    /// A manifest or segment could not be decoded.
+    #[error("index data is corrupt: {0}")]
+    Corrupt(String),
+    /// Too many concurrent writers: the manifest kept changing.
+    #[error("index manifest of account {0} kept changing; commit abandoned after retries")]
+    Contention(String),
+}
+
+/// The embedder an index was built with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EmbedderInfo {
+    /// [`crate::embed::Embedder::id`].
+    pub id: String,
+    /// [`crate::embed::Embedder::dimension`].
+    pub dimension: usize,
+}
+
+impl std::fmt::Display for EmbedderInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (dimension {})", self.id, self.dimension)
+    }
+}
+
+/// A segment as the manifest lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentRef {
+    /// Store key of the segment object.
+    pub key: String,
+    /// Records in it.
+    pub records: usize,
+    /// Tombstones in it.
+    pub tombstones: usize,
+    /// Its size in bytes.
+    pub bytes: u64,
+}
+
+/// The index manifest: which segments make up the index, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Format version (1).
+    pub version: u32,
+    /// The embedder every segment was built with.
+    pub embedder: EmbedderInfo,
+    /// Segments, oldest first; later ones win.
+    pub segments: Vec<SegmentRef>,
+    /// Incremented by every commit.
+    pub generation: u64,
+}
+
+/// Store key of `account`'s manifest.
+#[must_use]
+pub fn manifest_key(account: &AccountId) -> String {
+    format!("accounts/{account}/index/manifest.json")
+}
+
+fn segment_key(account: &AccountId, body: &[u8]) -> String {
+    format!("accounts/{account}/index/segments/{}.seg", content_etag(body))
+}
+
+async fn read_manifest(store: &SharedStore, account: &AccountId) -> Result<Option<(Manifest, String)>, IndexError> {
+    match store.get(&manifest_key(account)).await {
+        Ok(object) => {
+            let manifest: Manifest = serde_json::from_slice(&object.body)
+                .map_err(|e| IndexError::Corrupt(format!("manifest of account {account}: {e}")))?;
+            Ok(Some((manifest, object.meta.etag)))
+        }
+        Err(StoreError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn check_embedder(account: &AccountId, manifest: &Manifest, embedder: &EmbedderInfo) -> Result<(), IndexError> {
+    if &manifest.embedder == embedder {
+        Ok(())
+    } else {
+        Err(IndexError::EmbedderMismatch {
+            account: account.to_string(),
+            index: manifest.embedder.to_string(),
+            configured: embedder.to_string(),
+        })
+    }
+}
+
+/// Backoff before CAS retry `attempt` (1-based): grows to ~50 ms, with a
+/// per-process jitter so racing writers spread out.
+fn backoff(attempt: u32) -> Duration {
+    let jitter = u64::from(std::process::id() % 7) + u64::from(attempt % 5);
+    Duration::from_millis(u64::from(attempt.min(10)) * 5 + jitter)
+}
+
+/// Writes `segment` and appends it to `account`'s manifest by
+/// compare-and-swap, retrying on conflicts; compacts when the manifest lists
+/// [`COMPACT_AT`] segments or more. An empty segment writes nothing.
+///
+/// Cost: one segment put, then a manifest get + conditional put per attempt.
+///
+/// # Errors
+/// [`IndexError::EmbedderMismatch`] when the index was built by another
+/// embedder; store errors; [`IndexError::Contention`] after many conflicts.
+pub async fn commit(
+    store: &SharedStore,
+    account: &AccountId,
+    embedder: &EmbedderInfo,
+    segment: &Segment,
+) -> Result<Manifest, IndexError> {
+    if segment.dim != embedder.dimension {
+        return Err(IndexError::Corrupt(format!(
+            "segment dimension {} does not match embedder {embedder}",
+            segment.dim
+        )));
+    }
+    if segment.records.is_empty() && segment.tombstones.is_empty() {
+        return Ok(read_manifest(store, account).await?.map_or_else(|| empty_manifest(embedder), |(m, _)| m));
+    }
+    let body = segment.encode()?;
+    let key = segment_key(account, &body);
+    let seg_ref = SegmentRef {
+        key: key.clone(),
+        records: segment.records.len(),
+        tombstones: segment.tombstones.len(),
+        bytes: body.len() as u64,
+    };
+    match store.put(&key, body, PutMode::CreateNew).await {
+        Ok(_) | Err(StoreError::Conflict(_)) => {} // same hash: same content already there
+        Err(e) => return Err(e.into()),
+    }
+    let manifest = swap_manifest(store, account, embedder, |m| m.segments.push(seg_ref.clone())).await?;
+    if manifest.segments.len() >= COMPACT_AT {
+        if let Err(e) = compact(store, account, embedder).await {
+            tracing::warn!(account = %account, error = %e, "index compaction failed; will retry on a later commit");
+        }
+    }
+    Ok(manifest)
+}
+
+fn empty_manifest(embedder: &EmbedderInfo) -> Manifest {
+    Manifest { version: 1, embedder: embedder.clone(), segments: Vec::new(), generation: 0 }
+}
+
+/// Applies `change` to the current manifest and writes it back by
+/// compare-and-swap, retrying on conflict.
+async fn swap_manifest(
+    store: &SharedStore,
+    account: &AccountId,
+    embedder: &EmbedderInfo,
+    mut change: impl FnMut(&mut Manifest),
+) -> Result<Manifest, IndexError> {
+    for attempt in 1..=CAS_ATTEMPTS {
+        let current = read_manifest(store, account).await?;
+        let (mut manifest, mode) = match current {
+            Some((m, etag)) => {
+                check_embedder(account, &m, embedder)?;
+                (m, PutMode::IfMatch(etag))
+            }
+            None => (empty_manifest(embedder), PutMode::CreateNew),
+        };
+        change(&mut manifest);
+        manifest.generation += 1;
+        let body = serde_json::to_vec_pretty(&manifest).map_err(|e| IndexError::Corrupt(e.to_string()))?;
+        match store.put(&manifest_key(account), Bytes::from(body), mode).await {
+            Ok(_) => return Ok(manifest),
+            Err(StoreError::Conflict(_)) => tokio::time::sleep(backoff(attempt)).await,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(IndexError::Contention(account.to_string()))
+}
+
+/// Merges every segment of `account`'s index into one, swapping it in by
+/// compare-and-swap; segments committed meanwhile stay after it. Old
+/// segment objects are deleted once the new manifest is in place.
+///
+/// # Errors
+/// Store, decoding or contention errors; the index stays valid on failure.
+pub async fn compact(store: &SharedStore, account: &AccountId, embedder: &EmbedderInfo) -> Result<(), IndexError> {
+    let Some((manifest, _)) = read_manifest(store, account).await? else { return Ok(()) };
+    check_embedder(account, &manifest, embedder)?;
+    if manifest.segments.len() < 2 {
+        return Ok(());
+    }
+    let snapshot = IndexSnapshot::load_manifest(store, account, manifest.clone(), String::new(), None).await?;
+    let merged = snapshot.to_segment(embedder.dimension);
+    let body = merged.encode()?;
+    let key = segment_key(account, &body);
+    let merged_ref =
+        SegmentRef { key: key.clone(), records: merged.records.len(), tombstones: 0, bytes: body.len() as u64 };
+    match store.put(&key, body, PutMode::CreateNew).await {
+        Ok(_) | Err(StoreError::Conflict(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let replaced: Vec<SegmentRef> = manifest.segments.clone();
+    let mut lost = false;
+    swap_manifest(store, account, embedder, |m| {
+        lost = !m.segments.starts_with(&replaced);
+        if !lost {
+            m.segments.splice(..replaced.len(), [merged_ref.clone()]);
+        }
+    })
+    .await?;
+    if lost {
+        // Another writer compacted first; our merged segment is unreferenced.
+        let _ = store.delete(&key).await;
+        return Ok(());
+    }
+    for old in replaced.iter().filter(|r| r.key != key) {
+        let _ = store.delete(&old.key).await;
+    }
+    Ok(())
+}
+
+/// One search hit, borrowing its record from the snapshot.
+#[derive(Debug, Clone)]
+pub struct Hit<'a> {
+    /// The record.
+    pub record: &'a Record,
+    /// `(1 + cosine) / 2`, after any time decay.
+    pub score: f64,
+    /// The score before time decay, when decay applied.
+    pub origin_score: Option<f64>,
+    /// The decay multiplier, when decay applied.
+    pub time_score: Option<f64>,
+}
+
+/// Event time decay (`events_time_decay_protection`): event hits older than
+/// `window_s` are multiplied by `0.5 ^ ((age − window) / 7 days)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventDecay {
+    /// "Now", Unix seconds.
+    pub now: i64,
+    /// The protection window in seconds.
+    pub window_s: i64,
+    /// Which time the age is measured from.
+    pub field: filter::TimeField,
+}
+
+impl EventDecay {
+    fn multiplier(&self, record: &Record) -> Option<f64> {
+        if record.category != Category::Events {
+            return None;
+        }
+        let t = match self.field {
+            filter::TimeField::UpdatedAt => record.updated_at,
+            filter::TimeField::CreatedAt => record.created_at,
+        };
+        let over = (self.now - t) - self.window_s;
+        (over > 0).then(|| 0.5f64.powf(over as f64 / (7.0 * 86_400.0)))
+    }
+}
+
+/// What to search for.
+#[derive(Debug, Clone)]
+pub struct SearchParams<'a> {
+    /// The query vector (L2-normalised, the index's dimension).
+    pub vector: &'a [f32],
+    /// Which records qualify.
+    pub filter: &'a Filter,
+    /// At most this many hits.
+    pub limit: usize,
+    /// Keep hits whose score is strictly greater than this.
+    pub score_threshold: Option<f64>,
+    /// Optional event time decay.
+    pub decay: Option<EventDecay>,
+}
+
+/// A loaded index: every live record and its vector, in memory.
+#[derive(Debug, Default)]
+pub struct IndexSnapshot {
+    /// The manifest etag this snapshot was loaded from (`None`: no index yet).
+    pub etag: Option<String>,
+    /// The manifest (`None`: no index yet).
+    pub manifest: Option<Manifest>,
+    segments: Vec<(String, Arc<Segment>)>,
+    live: Vec<Vec<bool>>,
+    live_count: usize,
+}
+
+#[derive(PartialEq)]
+struct Ranked(f64, usize, usize);
+impl Eq for Ranked {}
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // Higher score first; ties broken by position so results are stable.
+        self.0.total_cmp(&other.0).then_with(|| (other.1, other.2).cmp(&(self.1, self.2)))
+    }
+}
+
+impl IndexSnapshot {
+    /// Loads `account`'s index from the store, reusing unchanged segments of
+    /// `previous`. An account with no index loads as an empty snapshot.
+    ///
+    /// Cost: a manifest get plus a get per segment not in `previous`.
+    ///
+    /// # Errors
+    /// Store or decoding errors.
+    pub async fn load(
+        store: &SharedStore,
+        account: &AccountId,
+        previous: Option<&Self>,
+    ) -> Result<Self, IndexError> {
+        // A compaction may delete a segment between our manifest read and
+        // segment read: re-read the manifest and try again.
+        let mut last_err = None;
+        for _ in 0..3 {
+            let Some((manifest, etag)) = read_manifest(store, account).await? else {
+                return Ok(Self::default());
+            };
+            match Self::load_manifest(store, account, manifest, etag, previous).await {
+                Ok(snapshot) => return Ok(snapshot),
+                Err(IndexError::Store(StoreError::NotFound(key))) => {
+                    last_err = Some(IndexError::Store(StoreError::NotFound(key)));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| IndexError::Corrupt("segment vanished".into())))
+    }
+
+    async fn load_manifest(
+        store: &SharedStore,
+        account: &AccountId,
+        manifest: Manifest,
+        etag: String,
+        previous: Option<&Self>,
+    ) -> Result<Self, IndexError> {
+        let reusable: HashMap<&str, &Arc<Segment>> =
+            previous.map(|p| p.segments.iter().map(|(k, s)| (k.as_str(), s)).collect()).unwrap_or_default();
+        let mut segments = Vec::with_capacity(manifest.segments.len());
+        for seg_ref in &manifest.segments {
+            let segment = if let Some(seg) = reusable.get(seg_ref.key.as_str()) {
+                Arc::clone(seg)
+            } else {
+                let object = store.get(&seg_ref.key).await?;
+                let seg = Segment::decode(&object.body)?;
+                if seg.dim != manifest.embedder.dimension {
+                    return Err(IndexError::Corrupt(format!(
+                        "segment {} of account {account} has dimension {} but the manifest says {}",
+                        seg_ref.key, seg.dim, manifest.embedder.dimension
+                    )));
+                }
+                Arc::new(seg)
+            };
+            segments.push((seg_ref.key.clone(), segment));
+        }
+        let (live, live_count) = liveness(&segments);
+        Ok(Self { etag: Some(etag), manifest: Some(manifest), segments, live, live_count })
+    }
+
+    /// Live records.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.live_count
+    }
+
+    /// Whether there are no live records.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.live_count == 0
+    }
+
+    /// The embedder the index was built with (`None`: no index yet).
+    #[must_use]
+    pub fn embedder(&self) -> Option<&EmbedderInfo> {
+        self.manifest.as_ref().map(|m| &m.embedder)
+    }
+
+    /// Every live record with its vector.
+    pub fn records(&self) -> impl Iterator<Item = (&Record, &[f32])> {
+        self.segments.iter().zip(&self.live).flat_map(|((_, seg), live)| {
+            seg.records.iter().enumerate().filter(|(i, _)| live[*i]).map(|(i, r)| (r, seg.vector(i)))
+        })
+    }
+
+    /// The live record for `(uri, level)`.
+    #[must_use]
+    pub fn get(&self, uri: &VikingUri, level: Level) -> Option<&Record> {
+        self.records().map(|(r, _)| r).find(|r| &r.uri == uri && r.level == level)
+    }
+
+    /// The live records merged into one segment (for compaction).
+    #[must_use]
+    pub fn to_segment(&self, dim: usize) -> Segment {
+        let mut out = Segment { dim, ..Segment::default() };
+        for (record, vector) in self.records() {
+            out.records.push(record.clone());
+            out.vectors.extend_from_slice(vector);
+        }
+        out
+    }
+
+    /// Exact cosine search: every live record passing the filter is scored
+    /// `(1 + cos) / 2`, decayed if asked, kept if strictly above the
+    /// threshold; the best `limit` come back, best first (ties by index
+    /// order).
+    ///
+    /// Cost: one dot product per record passing the filter; a heap of
+    /// `limit` entries.
+    #[must_use]
+    pub fn search(&self, params: &SearchParams<'_>) -> Vec<Hit<'_>> {
+        if params.limit == 0 {
+            return Vec::new();
+        }
+        let mut heap: BinaryHeap<Reverse<Ranked>> = BinaryHeap::with_capacity(params.limit + 1);
+        let mut decays: HashMap<(usize, usize), (f64, f64)> = HashMap::new();
+        for (s, ((_, seg), live)) in self.segments.iter().zip(&self.live).enumerate() {
+            if seg.dim != params.vector.len() {
+                continue;
+            }
+            for (i, record) in seg.records.iter().enumerate() {
+                if !live[i] || !params.filter.matches(record) {
+                    continue;
+                }
+                let cosine = f64::from(dot(params.vector, seg.vector(i)));
+                let mut score = sanitize((1.0 + cosine) / 2.0);
+                if let Some(m) = params.decay.as_ref().and_then(|d| d.multiplier(record)) {
+                    decays.insert((s, i), (score, m));
+                    score *= m;
+                }
+                if params.score_threshold.is_some_and(|t| score <= t) {
+                    continue;
+                }
+                heap.push(Reverse(Ranked(score, s, i)));
+                if heap.len() > params.limit {
+                    heap.pop();
+                }
+            }
+        }
+        let mut ranked: Vec<Ranked> = heap.into_iter().map(|Reverse(r)| r).collect();
+        ranked.sort_by(|a, b| b.cmp(a));
+        ranked
+            .into_iter()
+            .map(|Ranked(score, s, i)| {
+                let decay = decays.get(&(s, i));
+                Hit {
+                    record: &self.segments[s].1.records[i],
+                    score,
+                    origin_score: decay.map(|d| d.0),
+                    time_score: decay.map(|d| d.1),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Non-finite scores become 0.0 (as the reference).
+fn sanitize(x: f64) -> f64 {
+    if x.is_finite() { x } else { 0.0 }
+}
+
+/// Which rows are live: newest segment first, a `(uri, level)` is live in
+/// the newest segment that has it unless a newer tombstone removed it.
+fn liveness(segments: &[(String, Arc<Segment>)]) -> (Vec<Vec<bool>>, usize) {
+    let mut seen: HashSet<(&VikingUri, Level)> = HashSet::new();
+    let mut live: Vec<Vec<bool>> = segments.iter().map(|(_, s)| vec![false; s.records.len()]).collect();
+    let mut count = 0;
+    for (s, (_, seg)) in segments.iter().enumerate().rev() {
+        let mut added = Vec::new();
+        for (i, r) in seg.records.iter().enumerate().rev() {
+            let key = (&r.uri, r.level);
+            if !seen.contains(&key) && !added.contains(&key) {
+                live[s][i] = true;
+                count += 1;
+                added.push(key);
+            }
+        }
+        seen.extend(added);
+        seen.extend(seg.tombstones.iter().map(|t| (&t.uri, t.level)));
+    }
+    (live, count)
+}
+
+/// Keeps each account's loaded index warm between requests and revalidates
+/// it by the manifest's etag (one HEAD), reloading only new segments.
+#[derive(Debug)]
+pub struct IndexCache {
+    store: SharedStore,
+    revalidate_after: Duration,
+    entries: tokio::sync::Mutex<HashMap<AccountId, (Arc<IndexSnapshot>, Instant)>>,
+}
+
+impl IndexCache {
+    /// A cache over `store`. `revalidate_after` is how long a checked
+    /// snapshot is trusted without another HEAD (`Duration::ZERO`, the
+    /// default configuration, checks on every call).
+    #[must_use]
+    pub fn new(store: SharedStore, revalidate_after: Duration) -> Self {
+        Self { store, revalidate_after, entries: tokio::sync::Mutex::new(HashMap::new()) }
+    }
+
+    /// The current snapshot of `account`'s index.
+    ///
+    /// Cost: nothing within `revalidate_after` of the last check; else one
+    /// HEAD of the manifest, plus a load of new segments when it changed.
+    ///
+    /// # Errors
+    /// Store or decoding errors.
+    pub async fn snapshot(&self, account: &AccountId) -> Result<Arc<IndexSnapshot>, IndexError> {
+        let mut entries = self.entries.lock().await;
+        if let Some((snapshot, checked)) = entries.get(account) {
+            if checked.elapsed() < self.revalidate_after {
+                return Ok(Arc::clone(snapshot));
+            }
+            let current = match self.store.head(&manifest_key(account)).await {
+                Ok(meta) => Some(meta.etag),
+                Err(StoreError::NotFound(_)) => None,
+                Err(e) => return Err(e.into()),
+            };
+            if current == snapshot.etag {
+                let snapshot = Arc::clone(snapshot);
+                entries.insert(account.clone(), (Arc::clone(&snapshot), Instant::now()));
+                return Ok(snapshot);
+            }
+        }
+        let previous = entries.get(account).map(|(s, _)| Arc::clone(s));
+        let loaded = Arc::new(IndexSnapshot::load(&self.store, account, previous.as_deref()).await?);
+        entries.insert(account.clone(), (Arc::clone(&loaded), Instant::now()));
+        Ok(loaded)
+    }
+}

@@ -1,0 +1,230 @@
+//! Index records (CONTRACT §5) and how a URI classifies into a context type
+//! and a category.
+
+use serde::{Deserialize, Serialize};
+
+use crate::uri::VikingUri;
+
+/// What kind of context a node is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContextType {
+    /// A memory (under `…/memories/`).
+    Memory,
+    /// A resource (documents; the default for anything unclassified).
+    Resource,
+    /// A skill (under `…/skills/`).
+    Skill,
+}
+
+impl ContextType {
+    /// The wire name: `memory`, `resource` or `skill`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Resource => "resource",
+            Self::Skill => "skill",
+        }
+    }
+
+    /// Parses a wire name; `None` for anything else.
+    #[must_use]
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "memory" => Some(Self::Memory),
+            "resource" => Some(Self::Resource),
+            "skill" => Some(Self::Skill),
+            _ => None,
+        }
+    }
+}
+
+/// The memory categories that have their own bucket.
+pub const MEMORY_CATEGORIES: [&str; 4] = ["events", "entities", "preferences", "experiences"];
+
+/// A node's category: one of the four memory categories, `memories` (any
+/// other memory), `resources` or `skills`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Category {
+    /// `…/memories/events/…`.
+    Events,
+    /// `…/memories/entities/…`.
+    Entities,
+    /// `…/memories/preferences/…`.
+    Preferences,
+    /// `…/memories/experiences/…`.
+    Experiences,
+    /// Any other memory (cases, tools, profile, …).
+    Memories,
+    /// Resources.
+    Resources,
+    /// Skills.
+    Skills,
+}
+
+impl Category {
+    /// The wire name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Events => "events",
+            Self::Entities => "entities",
+            Self::Preferences => "preferences",
+            Self::Experiences => "experiences",
+            Self::Memories => "memories",
+            Self::Resources => "resources",
+            Self::Skills => "skills",
+        }
+    }
+
+    /// Parses a wire name; `None` for anything else.
+    #[must_use]
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "events" => Self::Events,
+            "entities" => Self::Entities,
+            "preferences" => Self::Preferences,
+            "experiences" => Self::Experiences,
+            "memories" => Self::Memories,
+            "resources" => Self::Resources,
+            "skills" => Self::Skills,
+            _ => return None,
+        })
+    }
+}
+
+/// Where a URI lives: its context type and category, or `None` for what is
+/// never indexed (sessions, anything outside the known roots' shapes stays a
+/// resource, as the reference).
+#[must_use]
+pub fn classify(uri: &VikingUri) -> Option<(ContextType, Category)> {
+    let segs: Vec<&str> = uri.segments().collect();
+    let memory = |rest: &[&str]| {
+        let category = rest
+            .first()
+            .and_then(|c| MEMORY_CATEGORIES.contains(c).then(|| Category::parse(c)))
+            .flatten()
+            .unwrap_or(Category::Memories);
+        (ContextType::Memory, category)
+    };
+    match segs.as_slice() {
+        ["session" | "sessions", ..] | ["user", _, "sessions", ..] => None,
+        ["agent", "skills", ..] | ["user", _, "skills", ..] => Some((ContextType::Skill, Category::Skills)),
+        ["user", _, "memories", rest @ ..] | ["user", _, "peers", _, "memories", rest @ ..] => Some(memory(rest)),
+        _ => Some((ContextType::Resource, Category::Resources)),
+    }
+}
+
+/// Level of a record: a directory's abstract (0), its overview (1), a file (2).
+pub type Level = u8;
+/// Level 0: a directory's `.abstract.md`.
+pub const LEVEL_ABSTRACT: Level = 0;
+/// Level 1: a directory's `.overview.md`.
+pub const LEVEL_OVERVIEW: Level = 1;
+/// Level 2: a file.
+pub const LEVEL_FILE: Level = 2;
+
+/// One indexed node, without its vector.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// The node: a file, or (levels 0 and 1) the directory itself, without
+    /// the sidecar suffix.
+    pub uri: VikingUri,
+    /// 0, 1 or 2.
+    pub level: Level,
+    /// Context type.
+    pub context_type: ContextType,
+    /// Category.
+    pub category: Category,
+    /// The short abstract (cut to the configured size).
+    #[serde(rename = "abstract")]
+    pub abstract_text: String,
+    /// Estimated tokens of `abstract_text`.
+    pub abstract_tokens: u32,
+    /// Bytes of the body a full read returns (a file's body, a directory's
+    /// `.overview.md`), for planning reads without a HEAD.
+    pub size: u64,
+    /// Creation time, Unix seconds.
+    pub created_at: i64,
+    /// Last update, Unix seconds.
+    pub updated_at: i64,
+    /// `k=v` tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// The owning user for nodes under `viking://user/{id}`.
+    #[serde(default)]
+    pub owner_user_id: Option<String>,
+    /// Hash of the source the record was built from (skips unchanged files).
+    pub source_hash: String,
+}
+
+impl Record {
+    /// The URI as `find` reports it: directories carry `/.abstract.md`
+    /// (level 0) or `/.overview.md` (level 1).
+    #[must_use]
+    pub fn display_uri(&self) -> String {
+        match self.level {
+            LEVEL_ABSTRACT => format!("{}/.abstract.md", self.uri),
+            LEVEL_OVERVIEW => format!("{}/.overview.md", self.uri),
+            _ => self.uri.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class(s: &str) -> Option<(ContextType, Category)> {
+        classify(&VikingUri::parse(s).expect("valid"))
+    }
+
+    #[test]
+    fn uris_classify_as_the_reference() {
+        use Category as C;
+        use ContextType as T;
+        let cases = [
+            ("viking://user/a/memories/events/2026/x.md", Some((T::Memory, C::Events))),
+            ("viking://user/a/memories/entities/sw/x.md", Some((T::Memory, C::Entities))),
+            ("viking://user/a/memories/cases/x.md", Some((T::Memory, C::Memories))),
+            ("viking://user/a/memories/skills/s.md", Some((T::Memory, C::Memories))),
+            ("viking://user/a/memories/profile.md", Some((T::Memory, C::Memories))),
+            ("viking://user/a/peers/p/memories/preferences/x.md", Some((T::Memory, C::Preferences))),
+            ("viking://user/a/peers/p/resources/x.md", Some((T::Resource, C::Resources))),
+            ("viking://user/a/resources/x.md", Some((T::Resource, C::Resources))),
+            ("viking://user/a/skills/s/SKILL.md", Some((T::Skill, C::Skills))),
+            ("viking://agent/skills/s/SKILL.md", Some((T::Skill, C::Skills))),
+            ("viking://resources/aws/s3.md", Some((T::Resource, C::Resources))),
+            ("viking://user/a/sessions/s1/meta.json", None),
+            ("viking://session/s1", None),
+        ];
+        for (uri, want) in cases {
+            assert_eq!(class(uri), want, "{uri}");
+        }
+    }
+
+    #[test]
+    fn directory_hits_carry_their_level_suffix() {
+        let mut r = Record {
+            uri: VikingUri::parse("viking://resources/aws").expect("valid"),
+            level: LEVEL_ABSTRACT,
+            context_type: ContextType::Resource,
+            category: Category::Resources,
+            abstract_text: String::new(),
+            abstract_tokens: 0,
+            size: 0,
+            created_at: 0,
+            updated_at: 0,
+            tags: vec![],
+            owner_user_id: None,
+            source_hash: String::new(),
+        };
+        assert_eq!(r.display_uri(), "viking://resources/aws/.abstract.md");
+        r.level = LEVEL_OVERVIEW;
+        assert_eq!(r.display_uri(), "viking://resources/aws/.overview.md");
+        r.level = LEVEL_FILE;
+        assert_eq!(r.display_uri(), "viking://resources/aws");
+    }
+}

@@ -1,0 +1,120 @@
+//! The immutable segment format: a header, the records as JSON, then the
+//! vectors as little-endian `f32`, one row per record.
+//!
+//! ```text
+//! "SKSEG1\n" | dim: u32 | count: u32 | json_len: u32 | json | count × dim × f32
+//! ```
+//! The JSON is `{"records": [Record…], "tombstones": [{"uri", "level"}…]}`.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::IndexError;
+use super::record::{Level, Record};
+use crate::uri::VikingUri;
+
+const MAGIC: &[u8; 7] = b"SKSEG1\n";
+const HEADER: usize = MAGIC.len() + 12;
+
+/// A (uri, level) pair that a later segment removes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Tombstone {
+    /// The node.
+    pub uri: VikingUri,
+    /// Its level.
+    pub level: Level,
+}
+
+/// One decoded segment.
+#[derive(Debug, Clone, Default)]
+pub struct Segment {
+    /// The vector dimension.
+    pub dim: usize,
+    /// Records, in row order.
+    pub records: Vec<Record>,
+    /// Row-major vectors, `records.len() × dim`.
+    pub vectors: Vec<f32>,
+    /// Nodes this segment deletes from earlier segments.
+    pub tombstones: Vec<Tombstone>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Body {
+    records: Vec<Record>,
+    #[serde(default)]
+    tombstones: Vec<Tombstone>,
+}
+
+impl Segment {
+    /// The vector of row `i`.
+    #[must_use]
+    pub fn vector(&self, i: usize) -> &[f32] {
+        &self.vectors[i * self.dim..(i + 1) * self.dim]
+    }
+
+    /// Encodes the segment.
+    ///
+    /// # Errors
+    /// [`IndexError::Corrupt`] when the vectors do not match the records.
+    pub fn encode(&self) -> Result<Bytes, IndexError> {
+        if self.vectors.len() != self.records.len() * self.dim {
+            return Err(IndexError::Corrupt(format!(
+                "segment has {} values for {} records of dimension {}",
+                self.vectors.len(),
+                self.records.len(),
+                self.dim
+            )));
+        }
+        let json = serde_json::to_vec(&BodyRef { records: &self.records, tombstones: &self.tombstones })
+            .map_err(|e| IndexError::Corrupt(e.to_string()))?;
+        let mut out = Vec::with_capacity(HEADER + json.len() + self.vectors.len() * 4);
+        out.extend_from_slice(MAGIC);
+        for n in [self.dim, self.records.len(), json.len()] {
+            let n = u32::try_from(n).map_err(|_| IndexError::Corrupt("segment too large".into()))?;
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        out.extend_from_slice(&json);
+        for v in &self.vectors {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        Ok(Bytes::from(out))
+    }
+
+    /// Decodes a segment.
+    ///
+    /// # Errors
+    /// [`IndexError::Corrupt`] naming what does not fit.
+    pub fn decode(bytes: &[u8]) -> Result<Self, IndexError> {
+        let corrupt = |what: &str| IndexError::Corrupt(format!("segment: {what}"));
+        if bytes.len() < HEADER || &bytes[..MAGIC.len()] != MAGIC {
+            return Err(corrupt("bad magic"));
+        }
+        let word = |i: usize| {
+            let at = MAGIC.len() + 4 * i;
+            let mut b = [0u8; 4];
+            b.copy_from_slice(&bytes[at..at + 4]);
+            u32::from_le_bytes(b) as usize
+        };
+        let (dim, count, json_len) = (word(0), word(1), word(2));
+        let json_end = HEADER.checked_add(json_len).ok_or_else(|| corrupt("length overflow"))?;
+        let values = count.checked_mul(dim).ok_or_else(|| corrupt("length overflow"))?;
+        if bytes.len() != json_end + values * 4 {
+            return Err(corrupt("length does not match its header"));
+        }
+        let body: Body = serde_json::from_slice(&bytes[HEADER..json_end]).map_err(|e| corrupt(&e.to_string()))?;
+        if body.records.len() != count {
+            return Err(corrupt("record count does not match its header"));
+        }
+        let vectors = bytes[json_end..]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        Ok(Self { dim, records: body.records, vectors, tombstones: body.tombstones })
+    }
+}
+
+#[derive(Serialize)]
+struct BodyRef<'a> {
+    records: &'a [Record],
+    tombstones: &'a [Tombstone],
+}

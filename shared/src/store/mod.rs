@@ -1,0 +1,193 @@
+//! The object store (CONTRACT §4): one trait, two backends — a local
+//! directory (the embedded default) and S3 — with the same conditional-write
+//! guarantees: create-if-absent and compare-and-swap, whose conflicts come
+//! back as [`StoreError::Conflict`].
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+pub mod local;
+#[cfg(feature = "s3")]
+pub mod s3;
+
+/// What the store failed to do. Messages name the key.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No object under the key.
+    #[error("no object at key {0:?}")]
+    NotFound(String),
+    /// A conditional put whose precondition did not hold (the object exists
+    /// for [`PutMode::CreateNew`]; its etag differs or it is gone for
+    /// [`PutMode::IfMatch`]).
+    #[error("conditional write to {0:?} lost: the object changed")]
+    Conflict(String),
+    /// The key is not a valid store key (empty, `..`, backslash, …).
+    #[error("invalid store key {0:?}")]
+    InvalidKey(String),
+    /// The backend failed (I/O, network, service error).
+    #[error("store {op} {key:?} failed: {message}")]
+    Backend {
+        /// The operation (`get`, `put`, …).
+        op: &'static str,
+        /// The key or prefix.
+        key: String,
+        /// The backend's own description.
+        message: String,
+    },
+}
+
+/// Metadata of one stored object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// The key under the store's root.
+    pub key: String,
+    /// An opaque version tag, without quotes: equal etags mean equal content
+    /// (local: a content hash; S3: the service's ETag).
+    pub etag: String,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// An object's bytes and metadata.
+#[derive(Debug, Clone)]
+pub struct Object {
+    /// The body.
+    pub body: Bytes,
+    /// Its metadata.
+    pub meta: ObjectMeta,
+}
+
+/// How a put treats an existing object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PutMode {
+    /// Replace whatever is there.
+    Overwrite,
+    /// Create only if no object exists (`If-None-Match: *`).
+    CreateNew,
+    /// Replace only if the current etag equals this one (`If-Match`).
+    IfMatch(String),
+}
+
+/// The object store every function reads and writes through.
+///
+/// Keys are relative `/`-separated paths without empty, `.` or `..`
+/// segments and without backslashes ([`validate_key`]).
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// The object under `key`.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`] when there is none; `Backend` on failure.
+    async fn get(&self, key: &str) -> Result<Object, StoreError>;
+
+    /// The metadata of the object under `key` (no body transfer).
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`] when there is none; `Backend` on failure.
+    async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError>;
+
+    /// Writes `body` under `key` as `mode` allows; returns the new metadata.
+    ///
+    /// # Errors
+    /// [`StoreError::Conflict`] when `mode`'s precondition does not hold.
+    async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<ObjectMeta, StoreError>;
+
+    /// Every object whose key starts with `prefix`, sorted by key.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError>;
+
+    /// Removes the object under `key`; removing a missing object succeeds.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn delete(&self, key: &str) -> Result<(), StoreError>;
+}
+
+/// A shared store handle.
+pub type SharedStore = Arc<dyn Store>;
+
+/// Checks that `key` is a relative `/`-separated path with no empty, `.` or
+/// `..` segment, no backslash and no control character.
+///
+/// # Errors
+/// [`StoreError::InvalidKey`] naming the key.
+pub fn validate_key(key: &str) -> Result<(), StoreError> {
+    let bad = key.is_empty()
+        || key.len() > 1024
+        || key.contains('\\')
+        || key.chars().any(char::is_control)
+        || key.split('/').any(|s| s.is_empty() || s == "." || s == "..");
+    if bad { Err(StoreError::InvalidKey(key.to_owned())) } else { Ok(()) }
+}
+
+/// The etag the local backend gives `body`: the first 32 hex digits of its
+/// SHA-256.
+#[must_use]
+pub fn content_etag(body: &[u8]) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(body);
+    hex::encode(&digest[..16])
+}
+
+/// Where a store lives, parsed from configuration: `s3://bucket/prefix` or a
+/// directory path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// A local directory.
+    Local(std::path::PathBuf),
+    /// An S3 bucket and key prefix (without trailing slash; may be empty).
+    S3 {
+        /// Bucket name.
+        bucket: String,
+        /// Key prefix inside the bucket.
+        prefix: String,
+    },
+}
+
+impl StoreLocation {
+    /// Parses `s3://bucket[/prefix]` or a filesystem path.
+    ///
+    /// # Errors
+    /// A message naming the value when an `s3://` location has no bucket.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if let Some(rest) = text.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(format!("store location {text:?} has no bucket"));
+            }
+            Ok(Self::S3 { bucket: bucket.to_owned(), prefix: prefix.trim_matches('/').to_owned() })
+        } else if text.is_empty() {
+            Err("store location is empty".to_owned())
+        } else {
+            Ok(Self::Local(text.into()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_validated() {
+        assert!(validate_key("accounts/a/tree/x.md").is_ok());
+        for bad in ["", "/abs", "a//b", "a/../b", "./a", "a\\b", "a/", "a\0b"] {
+            assert!(matches!(validate_key(bad), Err(StoreError::InvalidKey(k)) if k == bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn locations_parse() {
+        assert_eq!(
+            StoreLocation::parse("s3://bucket/some/prefix/"),
+            Ok(StoreLocation::S3 { bucket: "bucket".into(), prefix: "some/prefix".into() })
+        );
+        assert_eq!(StoreLocation::parse("s3://b"), Ok(StoreLocation::S3 { bucket: "b".into(), prefix: String::new() }));
+        assert!(StoreLocation::parse("s3://").is_err());
+        assert_eq!(StoreLocation::parse("./data"), Ok(StoreLocation::Local("./data".into())));
+    }
+}
