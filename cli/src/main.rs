@@ -1,1 +1,125 @@
-fn main() {}
+//! `skald`: the operator's command-line tool. Ingests a local directory
+//! laid out as the `viking://` tree into a store (a directory or `s3://`),
+//! and queries the index as `find` would.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use skald::app::App;
+use skald::config::Config;
+use skald::find::{FindParams, find};
+use skald::identity::{AccountId, Identity, UserId};
+use skald::ingest::{IngestEvent, IngestOptions, ingest_dir};
+
+#[derive(Parser)]
+#[command(name = "skald", version, about = "Skald operator tool: ingest a viking:// tree, query the index")]
+struct Cli {
+    /// Configuration file (default: $SKALD_CONFIG, else built-in defaults).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Store location, overriding the configuration: a directory or s3://bucket/prefix.
+    #[arg(long, global = true)]
+    store: Option<String>,
+    /// Account to act on.
+    #[arg(long, global = true, default_value = "default")]
+    account: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Ingest a directory laid out as the viking:// tree (memories, resources, skills, sidecars).
+    Ingest {
+        /// The directory; its children are the tree's roots (user/, resources/, agent/).
+        dir: PathBuf,
+        /// Remove indexed nodes (and their objects) that the directory no longer has.
+        #[arg(long)]
+        prune: bool,
+        /// No progress bar (for logs).
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Search the index as `find` does and print the result as JSON.
+    Query {
+        /// The query text.
+        query: String,
+        /// The user to search as.
+        #[arg(long, default_value = "default")]
+        user: String,
+        /// Hits to return.
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+    },
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let mut config = match &cli.config {
+        Some(path) => Config::from_file(path)?,
+        None => Config::from_env()?,
+    };
+    if let Some(store) = &cli.store {
+        config.store = store.clone();
+        config.base_dir = std::env::current_dir()?;
+    }
+    let account = AccountId::new(&cli.account)?;
+    let app = Arc::new(App::new(config).await.context("building the store and embedder")?);
+    match cli.command {
+        Command::Ingest { dir, prune, quiet } => ingest(&app, &account, &dir, prune, quiet).await,
+        Command::Query { query, user, limit } => {
+            let identity = Identity { account, user: UserId::new(&user)?, actor_peer: None };
+            let params = FindParams { query, limit, ..FindParams::default() };
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
+            let result =
+                find(&app, &identity, &params, i64::try_from(now)?).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            #[allow(clippy::print_stdout)]
+            {
+                println!("{}", serde_json::to_string_pretty(&result)?);
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn ingest(app: &App, account: &AccountId, dir: &std::path::Path, prune: bool, quiet: bool) -> Result<()> {
+    let options = IngestOptions {
+        abstract_max_bytes: app.config.index.abstract_max_bytes,
+        embed_max_bytes: app.config.index.embed_max_bytes,
+        prune,
+        ..IngestOptions::default()
+    };
+    let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(0) };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} ingest [{bar:30}] {pos}/{len} {wide_msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let mut on_event = |event: IngestEvent| match event {
+        IngestEvent::Planned(n) => bar.set_length(n as u64),
+        IngestEvent::Indexed(uri) | IngestEvent::Unchanged(uri) => {
+            bar.set_message(uri);
+            bar.inc(1);
+        }
+        IngestEvent::Skipped(what, why) => bar.println(format!("skipped {what}: {why}")),
+        IngestEvent::Removed(uri) => bar.println(format!("removed {uri}")),
+    };
+    let report = ingest_dir(dir, &app.store, account, app.embedder.as_ref(), &options, &mut on_event)
+        .await
+        .with_context(|| format!("ingesting {}", dir.display()))?;
+    bar.finish_and_clear();
+    eprintln!(
+        "ingested {}: {} indexed, {} unchanged, {} skipped, {} removed (embedder {})",
+        dir.display(),
+        report.indexed,
+        report.unchanged,
+        report.skipped,
+        report.removed,
+        app.embedder.id()
+    );
+    Ok(())
+}

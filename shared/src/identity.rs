@@ -19,14 +19,8 @@ fn validate(kind: &'static str, value: &str) -> Result<String, NameError> {
     let ok = (1..=128).contains(&value.len())
         && value != "."
         && value != ".."
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'@'));
-    if ok {
-        Ok(value.to_owned())
-    } else {
-        Err(NameError { kind, value: value.to_owned() })
-    }
+        && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'@'));
+    if ok { Ok(value.to_owned()) } else { Err(NameError { kind, value: value.to_owned() }) }
 }
 
 macro_rules! name_type {

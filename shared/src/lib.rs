@@ -4,9 +4,15 @@
 //! [`embed::Embedder`]) and nothing in this crate knows about Lambda.
 //! See `ARCHITECTURE.md` at the repository root for the map and invariants.
 
+pub mod api;
+pub mod app;
+pub mod config;
 pub mod embed;
+pub mod find;
 pub mod identity;
 pub mod index;
+pub mod ingest;
 pub mod store;
+pub mod timeparse;
 pub mod tokens;
 pub mod uri;

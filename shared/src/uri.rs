@@ -132,11 +132,7 @@ impl VikingUri {
     /// A [`UriError`] when `relative` holds an invalid segment.
     pub fn join(&self, relative: &str) -> Result<Self, UriError> {
         let path = self.path();
-        if path.is_empty() {
-            Self::from_path(relative)
-        } else {
-            Self::from_path(&format!("{path}/{relative}"))
-        }
+        if path.is_empty() { Self::from_path(relative) } else { Self::from_path(&format!("{path}/{relative}")) }
     }
 
     /// Whether this URI is `ancestor` or lies below it (segment-wise:
@@ -194,11 +190,7 @@ pub fn tree_prefix(account: &AccountId) -> String {
 #[must_use]
 pub fn tree_key(account: &AccountId, uri: &VikingUri) -> String {
     let path = uri.path();
-    if path.is_empty() {
-        format!("accounts/{account}/tree")
-    } else {
-        format!("accounts/{account}/tree/{path}")
-    }
+    if path.is_empty() { format!("accounts/{account}/tree") } else { format!("accounts/{account}/tree/{path}") }
 }
 
 /// The URI a store key names inside `account`'s tree; `None` when the key is
@@ -248,10 +240,7 @@ mod tests {
                 assert!(err.to_string().contains(&format!("{text:?}")), "{err} names {text:?}");
             }
         }
-        assert_eq!(
-            VikingUri::parse(&format!("viking://{}", "a".repeat(MAX_URI_BYTES))),
-            Err(UriError::TooLong)
-        );
+        assert_eq!(VikingUri::parse(&format!("viking://{}", "a".repeat(MAX_URI_BYTES))), Err(UriError::TooLong));
     }
 
     #[test]
@@ -279,7 +268,10 @@ mod tests {
     #[test]
     fn join_validates_the_new_segments() {
         let base = uri("viking://user/alice");
-        assert_eq!(base.join("memories/x.md").map(|u| u.to_string()).ok().as_deref(), Some("viking://user/alice/memories/x.md"));
+        assert_eq!(
+            base.join("memories/x.md").map(|u| u.to_string()).ok().as_deref(),
+            Some("viking://user/alice/memories/x.md")
+        );
         assert!(base.join("../bob").is_err());
         assert_eq!(uri("viking://").join("resources").ok(), Some(uri("viking://resources")));
     }

@@ -73,11 +73,7 @@ pub async fn s3_store(test_name: &str) -> S3Store {
         .endpoint_url(endpoint)
         .force_path_style(true)
         .build();
-    let store = S3Store::from_client(
-        Client::from_conf(config),
-        &bucket_name(test_name),
-        STORE_PREFIX,
-    );
+    let store = S3Store::from_client(Client::from_conf(config), &bucket_name(test_name), STORE_PREFIX);
     if let Err(e) = store.ensure_bucket().await {
         panic!("cannot create test bucket {:?}: {e}", store.bucket());
     }
@@ -90,16 +86,8 @@ fn bucket_name(test_name: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let suffix = format!("-{}-{n}", std::process::id());
-    let mut stem: String = test_name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .collect();
+    let mut stem: String =
+        test_name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
     stem.truncate(63 - "t-".len() - suffix.len());
     let stem = stem.trim_matches('-');
     format!("t-{stem}{suffix}")
@@ -109,8 +97,7 @@ fn bucket_name(test_name: &str) -> String {
 /// connections.
 fn start_moto() -> MotoServer {
     let port = free_port();
-    let log_path =
-        std::env::temp_dir().join(format!("skald-moto-{}-{port}.log", std::process::id()));
+    let log_path = std::env::temp_dir().join(format!("skald-moto-{}-{port}.log", std::process::id()));
     let log = std::fs::File::create(&log_path)
         .unwrap_or_else(|e| panic!("cannot create moto log {}: {e}", log_path.display()));
     let mut child = Command::new("python3")
@@ -121,36 +108,26 @@ fn start_moto() -> MotoServer {
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot start python3 for the moto S3 server: {e}; {}",
-                help()
-            )
-        });
+        .unwrap_or_else(|e| panic!("cannot start python3 for the moto S3 server: {e}; {}", help()));
     let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let started = Instant::now();
     loop {
         if TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_ok() {
             // The child keeps its (now unlinked) log open; nothing to clean up.
             let _ = std::fs::remove_file(&log_path);
-            return MotoServer {
-                endpoint: format!("http://{address}"),
-                _child: child,
-            };
+            return MotoServer { endpoint: format!("http://{address}"), _child: child };
         }
         let exited = child.try_wait().ok().flatten();
         if exited.is_some() || started.elapsed() > STARTUP_TIMEOUT {
             let _ = child.kill();
             let mut output = String::new();
             let _ = std::fs::File::open(&log_path).and_then(|mut f| f.read_to_string(&mut output));
+            let _ = std::fs::remove_file(&log_path);
             let what = exited.map_or_else(
                 || format!("did not accept connections on {address} within {STARTUP_TIMEOUT:?}"),
                 |status| format!("exited with {status}"),
             );
-            panic!(
-                "the moto S3 server {what}; {}\nits output:\n{output}",
-                help()
-            );
+            panic!("the moto S3 server {what}; {}\nits output:\n{output}", help());
         }
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -65,13 +65,8 @@ impl TempDir {
     fn new(name: &str) -> Self {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        Self(std::env::temp_dir().join(format!(
-            "skald-store-suite-{name}-{}-{n}-{nanos}",
-            std::process::id()
-        )))
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        Self(std::env::temp_dir().join(format!("skald-store-suite-{name}-{}-{n}-{nanos}", std::process::id())))
     }
 
     fn path(&self) -> &Path {
@@ -86,275 +81,150 @@ impl Drop for TempDir {
 }
 
 /// Puts `text` under `key`.
-async fn put(
-    store: &dyn Store,
-    key: &str,
-    text: &str,
-    mode: PutMode,
-) -> Result<ObjectMeta, StoreError> {
+async fn put(store: &dyn Store, key: &str, text: &str, mode: PutMode) -> Result<ObjectMeta, StoreError> {
     store.put(key, text.as_bytes().to_vec().into(), mode).await
 }
 
 /// The body under `key` as text; panics unless it exists.
 async fn text_of(store: &dyn Store, key: &str) -> String {
-    let object = store
-        .get(key)
-        .await
-        .unwrap_or_else(|e| panic!("get {key:?}: {e}"));
+    let object = store.get(key).await.unwrap_or_else(|e| panic!("get {key:?}: {e}"));
     assert_eq!(object.meta.key, key);
-    assert_eq!(
-        object.meta.size,
-        object.body.len() as u64,
-        "size of {key:?}"
-    );
+    assert_eq!(object.meta.size, object.body.len() as u64, "size of {key:?}");
     String::from_utf8(object.body.to_vec()).unwrap_or_else(|e| panic!("{key:?} is not UTF-8: {e}"))
 }
 
-fn assert_not_found<T: std::fmt::Debug>(result: Result<T, StoreError>, key: &str) {
-    assert!(
-        matches!(&result, Err(StoreError::NotFound(k)) if k == key),
-        "want NotFound({key:?}), got {result:?}"
-    );
+fn assert_not_found<T: std::fmt::Debug>(result: &Result<T, StoreError>, key: &str) {
+    assert!(matches!(result, Err(StoreError::NotFound(k)) if k == key), "want NotFound({key:?}), got {result:?}");
 }
 
-fn assert_conflict<T: std::fmt::Debug>(result: Result<T, StoreError>, key: &str) {
-    assert!(
-        matches!(&result, Err(StoreError::Conflict(k)) if k == key),
-        "want Conflict({key:?}), got {result:?}"
-    );
+fn assert_conflict<T: std::fmt::Debug>(result: &Result<T, StoreError>, key: &str) {
+    assert!(matches!(result, Err(StoreError::Conflict(k)) if k == key), "want Conflict({key:?}), got {result:?}");
 }
 
 async fn get_put_round_trip(store: &dyn Store) {
     let key = "accounts/a/tree/notes/hello.md";
-    let put_meta = put(store, key, "hello, world", PutMode::Overwrite)
-        .await
-        .expect("put");
+    let put_meta = put(store, key, "hello, world", PutMode::Overwrite).await.expect("put");
     assert_eq!(put_meta.key, key);
     assert_eq!(put_meta.size, 12);
-    assert!(
-        !put_meta.etag.is_empty() && !put_meta.etag.contains('"'),
-        "etag {:?}",
-        put_meta.etag
-    );
+    assert!(!put_meta.etag.is_empty() && !put_meta.etag.contains('"'), "etag {:?}", put_meta.etag);
 
     let object = store.get(key).await.expect("get");
     assert_eq!(&object.body[..], b"hello, world");
     assert_eq!(object.meta, put_meta, "get reports the put's metadata");
-    assert_eq!(
-        store.head(key).await.expect("head"),
-        put_meta,
-        "head reports the put's metadata"
-    );
+    assert_eq!(store.head(key).await.expect("head"), put_meta, "head reports the put's metadata");
 
     // Equal content, equal etag; other content, other etag.
-    let twin = put(
-        store,
-        "accounts/a/tree/notes/twin.md",
-        "hello, world",
-        PutMode::Overwrite,
-    )
-    .await
-    .expect("put twin");
+    let twin = put(store, "accounts/a/tree/notes/twin.md", "hello, world", PutMode::Overwrite).await.expect("put twin");
     assert_eq!(twin.etag, put_meta.etag, "equal content gives equal etags");
-    let changed = put(store, key, "hello, there", PutMode::Overwrite)
-        .await
-        .expect("overwrite");
-    assert_ne!(
-        changed.etag, put_meta.etag,
-        "other content gives another etag"
-    );
-    assert_eq!(
-        store.head(key).await.expect("head after overwrite"),
-        changed
-    );
+    let changed = put(store, key, "hello, there", PutMode::Overwrite).await.expect("overwrite");
+    assert_ne!(changed.etag, put_meta.etag, "other content gives another etag");
+    assert_eq!(store.head(key).await.expect("head after overwrite"), changed);
     assert_eq!(text_of(store, key).await, "hello, there");
 
     // Empty bodies are objects too.
-    let empty = put(store, "empty", "", PutMode::Overwrite)
-        .await
-        .expect("put empty");
+    let empty = put(store, "empty", "", PutMode::Overwrite).await.expect("put empty");
     assert_eq!(empty.size, 0);
     assert_eq!(store.head("empty").await.expect("head empty"), empty);
     assert_eq!(text_of(store, "empty").await, "");
 }
 
 async fn missing_key_is_not_found(store: &dyn Store) {
-    put(store, "present/key", "x", PutMode::Overwrite)
-        .await
-        .expect("put");
+    put(store, "present/key", "x", PutMode::Overwrite).await.expect("put");
     for key in ["missing", "present/missing", "present/ke"] {
-        assert_not_found(store.get(key).await, key);
-        assert_not_found(store.head(key).await, key);
+        assert_not_found(&store.get(key).await, key);
+        assert_not_found(&store.head(key).await, key);
     }
 }
 
 /// A key "below" an existing object is just another missing key (S3 has no
 /// directories; the local store must not report a file-system error).
 async fn key_below_an_object_is_not_found(store: &dyn Store) {
-    put(store, "present/key", "x", PutMode::Overwrite)
-        .await
-        .expect("put");
+    put(store, "present/key", "x", PutMode::Overwrite).await.expect("put");
     let key = "present/key/below";
-    assert_not_found(store.get(key).await, key);
-    assert_not_found(store.head(key).await, key);
+    assert_not_found(&store.get(key).await, key);
+    assert_not_found(&store.head(key).await, key);
 }
 
 async fn create_new_never_overwrites(store: &dyn Store) {
     let key = "sessions/s1/meta.json";
-    let created = put(store, key, "first", PutMode::CreateNew)
-        .await
-        .expect("create a missing key");
+    let created = put(store, key, "first", PutMode::CreateNew).await.expect("create a missing key");
     assert_eq!(text_of(store, key).await, "first");
 
-    assert_conflict(put(store, key, "second", PutMode::CreateNew).await, key);
-    assert_eq!(
-        text_of(store, key).await,
-        "first",
-        "a refused create leaves the object alone"
-    );
+    assert_conflict(&put(store, key, "second", PutMode::CreateNew).await, key);
+    assert_eq!(text_of(store, key).await, "first", "a refused create leaves the object alone");
     assert_eq!(store.head(key).await.expect("head"), created);
 }
 
 async fn if_match_is_compare_and_swap(store: &dyn Store) {
     let key = "ledger.json";
-    let v1 = put(store, key, "v1", PutMode::Overwrite)
-        .await
-        .expect("put v1");
-    let v2 = put(store, key, "v2", PutMode::IfMatch(v1.etag.clone()))
-        .await
-        .expect("swap with the current etag");
+    let v1 = put(store, key, "v1", PutMode::Overwrite).await.expect("put v1");
+    let v2 = put(store, key, "v2", PutMode::IfMatch(v1.etag.clone())).await.expect("swap with the current etag");
     assert_eq!(text_of(store, key).await, "v2");
     assert_eq!(store.head(key).await.expect("head"), v2);
 
-    assert_conflict(
-        put(store, key, "v3", PutMode::IfMatch(v1.etag.clone())).await,
-        key,
-    );
-    assert_eq!(
-        text_of(store, key).await,
-        "v2",
-        "a stale swap leaves the object alone"
-    );
+    assert_conflict(&put(store, key, "v3", PutMode::IfMatch(v1.etag.clone())).await, key);
+    assert_eq!(text_of(store, key).await, "v2", "a stale swap leaves the object alone");
     assert_eq!(store.head(key).await.expect("head"), v2);
 
     let missing = "ledger-missing.json";
-    assert_conflict(
-        put(store, missing, "v1", PutMode::IfMatch(v1.etag)).await,
-        missing,
-    );
-    assert_not_found(store.get(missing).await, missing);
+    assert_conflict(&put(store, missing, "v1", PutMode::IfMatch(v1.etag)).await, missing);
+    assert_not_found(&store.get(missing).await, missing);
 }
 
 async fn list_returns_exactly_the_prefix(store: &dyn Store) {
     // Written out of order; sizes differ so that a mix-up shows.
-    let objects = [
-        ("z", "zzzzz"),
-        ("a/b/c/3", "333"),
-        ("a/bc", "4444"),
-        ("a/b/2", "22"),
-        ("a/b/1", "1"),
-        ("a/a", ""),
-    ];
+    let objects = [("z", "zzzzz"), ("a/b/c/3", "333"), ("a/bc", "4444"), ("a/b/2", "22"), ("a/b/1", "1"), ("a/a", "")];
     let mut written = Vec::new();
     for (key, text) in objects {
-        written.push(
-            put(store, key, text, PutMode::Overwrite)
-                .await
-                .unwrap_or_else(|e| panic!("put {key}: {e}")),
-        );
+        written.push(put(store, key, text, PutMode::Overwrite).await.unwrap_or_else(|e| panic!("put {key}: {e}")));
     }
     written.sort_by(|a, b| a.key.cmp(&b.key));
     let only = |keys: &[&str]| -> Vec<ObjectMeta> {
-        written
-            .iter()
-            .filter(|m| keys.contains(&m.key.as_str()))
-            .cloned()
-            .collect()
+        written.iter().filter(|m| keys.contains(&m.key.as_str())).cloned().collect()
     };
 
     let listed = store.list("a/b/").await.expect("list a/b/");
-    assert_eq!(
-        listed,
-        only(&["a/b/1", "a/b/2", "a/b/c/3"]),
-        "list(\"a/b/\") must not include a/bc"
-    );
+    assert_eq!(listed, only(&["a/b/1", "a/b/2", "a/b/c/3"]), "list(\"a/b/\") must not include a/bc");
     assert_eq!(listed.iter().map(|m| m.size).collect::<Vec<_>>(), [1, 2, 3]);
 
-    assert_eq!(
-        store.list("a/b").await.expect("list a/b"),
-        only(&["a/b/1", "a/b/2", "a/b/c/3", "a/bc"])
-    );
-    assert_eq!(
-        store.list("a/b/c").await.expect("list a/b/c"),
-        only(&["a/b/c/3"])
-    );
+    assert_eq!(store.list("a/b").await.expect("list a/b"), only(&["a/b/1", "a/b/2", "a/b/c/3", "a/bc"]));
+    assert_eq!(store.list("a/b/c").await.expect("list a/b/c"), only(&["a/b/c/3"]));
     assert_eq!(store.list("").await.expect("list everything"), written);
-    assert_eq!(
-        store.list("nothing/").await.expect("list an empty region"),
-        []
-    );
+    assert_eq!(store.list("nothing/").await.expect("list an empty region"), []);
     assert_eq!(store.list("a/b/x").await.expect("list an empty region"), []);
 }
 
 async fn delete_removes_and_tolerates_missing(store: &dyn Store) {
-    put(store, "d/keep", "keep", PutMode::Overwrite)
-        .await
-        .expect("put keep");
-    put(store, "d/gone", "gone", PutMode::Overwrite)
-        .await
-        .expect("put gone");
+    put(store, "d/keep", "keep", PutMode::Overwrite).await.expect("put keep");
+    put(store, "d/gone", "gone", PutMode::Overwrite).await.expect("put gone");
     store.delete("d/gone").await.expect("delete");
-    assert_not_found(store.get("d/gone").await, "d/gone");
-    assert_not_found(store.head("d/gone").await, "d/gone");
-    let keys: Vec<String> = store
-        .list("d/")
-        .await
-        .expect("list")
-        .into_iter()
-        .map(|m| m.key)
-        .collect();
+    assert_not_found(&store.get("d/gone").await, "d/gone");
+    assert_not_found(&store.head("d/gone").await, "d/gone");
+    let keys: Vec<String> = store.list("d/").await.expect("list").into_iter().map(|m| m.key).collect();
     assert_eq!(keys, ["d/keep"]);
 
-    store
-        .delete("d/gone")
-        .await
-        .expect("deleting a deleted key");
-    store
-        .delete("never/was")
-        .await
-        .expect("deleting a missing key");
+    store.delete("d/gone").await.expect("deleting a deleted key");
+    store.delete("never/was").await.expect("deleting a missing key");
     assert_eq!(text_of(store, "d/keep").await, "keep");
 }
 
 async fn invalid_keys_are_rejected(store: &dyn Store) {
-    fn assert_invalid<T: std::fmt::Debug>(result: Result<T, StoreError>, key: &str) {
+    fn assert_invalid<T: std::fmt::Debug>(result: &Result<T, StoreError>, key: &str) {
         assert!(
-            matches!(&result, Err(StoreError::InvalidKey(k)) if k == key),
+            matches!(result, Err(StoreError::InvalidKey(k)) if k == key),
             "want InvalidKey({key:?}), got {result:?}"
         );
     }
-    put(store, "x", "x", PutMode::Overwrite)
-        .await
-        .expect("put x");
+    put(store, "x", "x", PutMode::Overwrite).await.expect("put x");
     for key in ["../x", "a//b", "a\\b", "", "/x", "a/./b", "a/"] {
-        assert_invalid(store.get(key).await, key);
-        assert_invalid(store.head(key).await, key);
-        for mode in [
-            PutMode::Overwrite,
-            PutMode::CreateNew,
-            PutMode::IfMatch("etag".to_owned()),
-        ] {
-            assert_invalid(put(store, key, "bad", mode).await, key);
+        assert_invalid(&store.get(key).await, key);
+        assert_invalid(&store.head(key).await, key);
+        for mode in [PutMode::Overwrite, PutMode::CreateNew, PutMode::IfMatch("etag".to_owned())] {
+            assert_invalid(&put(store, key, "bad", mode).await, key);
         }
-        assert_invalid(store.delete(key).await, key);
+        assert_invalid(&store.delete(key).await, key);
     }
-    let keys: Vec<String> = store
-        .list("")
-        .await
-        .expect("list")
-        .into_iter()
-        .map(|m| m.key)
-        .collect();
+    let keys: Vec<String> = store.list("").await.expect("list").into_iter().map(|m| m.key).collect();
     assert_eq!(keys, ["x"], "nothing was written");
     assert_eq!(text_of(store, "x").await, "x");
 }
@@ -363,28 +233,19 @@ async fn concurrent_compare_and_swap_loses_no_update(store: &SharedStore) {
     const TASKS: u64 = 16;
     const MAX_TRIES: u32 = 100;
     let key = "counter.json";
-    put(store.as_ref(), key, "[]", PutMode::Overwrite)
-        .await
-        .expect("put the empty array");
+    put(store.as_ref(), key, "[]", PutMode::Overwrite).await.expect("put the empty array");
 
     let mut tasks = tokio::task::JoinSet::new();
     for id in 0..TASKS {
         let store = Arc::clone(store);
         tasks.spawn(async move {
             for attempt in 1..=MAX_TRIES {
-                let current = store
-                    .get(key)
-                    .await
-                    .unwrap_or_else(|e| panic!("task {id}: get: {e}"));
+                let current = store.get(key).await.unwrap_or_else(|e| panic!("task {id}: get: {e}"));
                 let mut ids: Vec<u64> = serde_json::from_slice(&current.body)
                     .unwrap_or_else(|e| panic!("task {id}: {key} is not a JSON array of ids: {e}"));
                 ids.push(id);
-                let body =
-                    serde_json::to_vec(&ids).unwrap_or_else(|e| panic!("task {id}: encode: {e}"));
-                match store
-                    .put(key, body.into(), PutMode::IfMatch(current.meta.etag))
-                    .await
-                {
+                let body = serde_json::to_vec(&ids).unwrap_or_else(|e| panic!("task {id}: encode: {e}"));
+                match store.put(key, body.into(), PutMode::IfMatch(current.meta.etag)).await {
                     Ok(_) => return attempt,
                     Err(StoreError::Conflict(_)) => tokio::task::yield_now().await,
                     Err(e) => panic!("task {id}: put: {e}"),
@@ -398,14 +259,8 @@ async fn concurrent_compare_and_swap_loses_no_update(store: &SharedStore) {
         attempts += joined.expect("a task panicked");
     }
 
-    eprintln!("ATTEMPTS {attempts}");
     let final_object = store.get(key).await.expect("get the result");
-    let mut ids: Vec<u64> =
-        serde_json::from_slice(&final_object.body).expect("the result is a JSON array of ids");
+    let mut ids: Vec<u64> = serde_json::from_slice(&final_object.body).expect("the result is a JSON array of ids");
     ids.sort_unstable();
-    assert_eq!(
-        ids,
-        (0..TASKS).collect::<Vec<_>>(),
-        "every task's id exactly once ({attempts} attempts in all)"
-    );
+    assert_eq!(ids, (0..TASKS).collect::<Vec<_>>(), "every task's id exactly once ({attempts} attempts in all)");
 }

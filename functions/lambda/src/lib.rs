@@ -1,1 +1,101 @@
-//! placeholder
+//! The Lambda edge every Skald function shares — the only crate besides the
+//! function binaries that knows Lambda. It turns API Gateway (HTTP API
+//! payload 2.0 / Function URL) events into library requests, attaches the
+//! authorizer's claims, logs one line per request, and runs the runtime.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use lambda_http::request::RequestContext;
+use lambda_http::{Body, Error, RequestExt as _, service_fn};
+use serde_json::{Map, Value};
+use skald::api::auth::AuthorizerClaims;
+use skald::app::App;
+use skald::config::Config;
+
+/// Logs to stdout for CloudWatch: no colours, no timestamps (CloudWatch
+/// adds its own), level from `RUST_LOG` (default `info`).
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).without_time().with_target(false).try_init();
+}
+
+/// The authorizer claims of an API Gateway request: JWT claims, or a Lambda
+/// authorizer's context.
+#[must_use]
+pub fn authorizer_claims(event: &lambda_http::Request) -> Option<AuthorizerClaims> {
+    let RequestContext::ApiGatewayV2(context) = event.request_context_ref()? else { return None };
+    let authorizer = context.authorizer.as_ref()?;
+    let mut claims = Map::new();
+    if let Some(jwt) = &authorizer.jwt {
+        claims.extend(jwt.claims.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))));
+    }
+    claims.extend(authorizer.fields.iter().map(|(k, v)| (k.clone(), v.clone())));
+    (!claims.is_empty()).then_some(AuthorizerClaims(claims))
+}
+
+/// A Lambda event as a library request: method, URI, headers and body,
+/// with the authorizer's claims as an extension.
+#[must_use]
+pub fn to_library_request(event: lambda_http::Request) -> http::Request<bytes::Bytes> {
+    let claims = authorizer_claims(&event);
+    let (parts, body) = event.into_parts();
+    let bytes = match body {
+        Body::Empty => bytes::Bytes::new(),
+        Body::Text(text) => bytes::Bytes::from(text),
+        Body::Binary(data) => bytes::Bytes::from(data),
+        _ => bytes::Bytes::new(),
+    };
+    let mut request = http::Request::from_parts(parts, bytes);
+    if let Some(claims) = claims {
+        request.extensions_mut().insert(claims);
+    }
+    request
+}
+
+/// A library response as a Lambda response.
+#[must_use]
+pub fn to_lambda_response(response: http::Response<String>) -> lambda_http::Response<Body> {
+    response.map(Body::Text)
+}
+
+/// Calls `handler` for one event and logs method, path, status and time.
+pub async fn serve<F, Fut>(app: &Arc<App>, handler: &F, event: lambda_http::Request) -> lambda_http::Response<Body>
+where
+    F: Fn(Arc<App>, http::Request<bytes::Bytes>) -> Fut,
+    Fut: Future<Output = http::Response<String>>,
+{
+    let started = Instant::now();
+    let request = to_library_request(event);
+    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+    let response = handler(Arc::clone(app), request).await;
+    tracing::info!(
+        %method,
+        path,
+        status = response.status().as_u16(),
+        ms = started.elapsed().as_secs_f64() * 1000.0,
+        "request"
+    );
+    to_lambda_response(response)
+}
+
+/// Builds the [`App`] from the environment (`SKALD_CONFIG`, `SKALD_STORE`,
+/// …) and serves `handler` until the runtime stops.
+///
+/// # Errors
+/// An init error (bad configuration, unreachable store) or a runtime error.
+pub async fn run<F, Fut>(handler: F) -> Result<(), Error>
+where
+    F: Fn(Arc<App>, http::Request<bytes::Bytes>) -> Fut + Send + Sync,
+    Fut: Future<Output = http::Response<String>> + Send,
+{
+    init_tracing();
+    let config = Config::from_env()?;
+    let app = Arc::new(App::new(config).await?);
+    let handler = &handler;
+    let app = &app;
+    lambda_http::run(service_fn(move |event| async move { Ok::<_, Error>(serve(app, handler, event).await) })).await
+}

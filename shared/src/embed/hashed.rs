@@ -30,10 +30,8 @@ impl HashedEmbedder {
     #[must_use]
     pub fn embed_one(&self, text: &str) -> Vec<f32> {
         let mut v = vec![0.0f32; self.dimension];
-        let chars: Vec<char> = std::iter::once(' ')
-            .chain(text.chars().flat_map(char::to_lowercase))
-            .chain(std::iter::once(' '))
-            .collect();
+        let chars: Vec<char> =
+            std::iter::once(' ').chain(text.chars().flat_map(char::to_lowercase)).chain(std::iter::once(' ')).collect();
         for n in 1..=3usize {
             if chars.len() < n {
                 continue;

@@ -145,7 +145,8 @@ impl FilterExpr {
                 .collect()
         };
         let subs = || -> Result<Vec<FilterExpr>, String> {
-            let conds = map.get("conds").and_then(Value::as_array).ok_or(format!("filter op {op:?} needs a 'conds' list"))?;
+            let conds =
+                map.get("conds").and_then(Value::as_array).ok_or(format!("filter op {op:?} needs a 'conds' list"))?;
             conds.iter().map(|c| Self::parse(c, parse_time)).collect()
         };
         match op {
@@ -153,7 +154,9 @@ impl FilterExpr {
             "or" => Ok(Self::Or(subs()?)),
             "must" => Ok(Self::Must(field()?, strings("conds")?)),
             "must_not" => Ok(Self::MustNot(field()?, strings("conds")?)),
-            "prefix" => Ok(Self::Prefix(field()?, strings(if map.contains_key("prefix") { "prefix" } else { "conds" })?)),
+            "prefix" => {
+                Ok(Self::Prefix(field()?, strings(if map.contains_key("prefix") { "prefix" } else { "conds" })?))
+            }
             "range" | "time_range" => {
                 let field = field()?;
                 let bound = |key: &str| -> Result<Option<f64>, String> {
@@ -170,7 +173,9 @@ impl FilterExpr {
                 let upper = bound("lt")?.map(|v| (v, false)).or(bound("lte")?.map(|v| (v, true)));
                 Ok(Self::Range { field, lower, upper })
             }
-            other => Err(format!("unknown filter op {other:?}; allowed: and, or, must, must_not, range, time_range, prefix")),
+            other => {
+                Err(format!("unknown filter op {other:?}; allowed: and, or, must, must_not, range, time_range, prefix"))
+            }
         }
     }
 

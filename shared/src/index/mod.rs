@@ -7,8 +7,8 @@
 //! `accounts/{account}/index/segments/{hash}.seg`. A later segment's record
 //! for the same `(uri, level)` replaces an earlier one; a tombstone removes it.
 
-use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::cmp::{Ordering, Reverse};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,7 +41,9 @@ pub enum IndexError {
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The index was built by another embedder (or dimension).
-    #[error("index of account {account} was built with embedder {index} but the configured embedder is {configured}; re-ingest to switch")]
+    #[error(
+        "index of account {account} was built with embedder {index} but the configured embedder is {configured}; re-ingest to switch"
+    )]
     EmbedderMismatch {
         /// The account.
         account: String,
@@ -349,11 +351,7 @@ impl IndexSnapshot {
     ///
     /// # Errors
     /// Store or decoding errors.
-    pub async fn load(
-        store: &SharedStore,
-        account: &AccountId,
-        previous: Option<&Self>,
-    ) -> Result<Self, IndexError> {
+    pub async fn load(store: &SharedStore, account: &AccountId, previous: Option<&Self>) -> Result<Self, IndexError> {
         // A compaction may delete a segment between our manifest read and
         // segment read: re-read the manifest and try again.
         let mut last_err = None;

@@ -105,10 +105,7 @@ impl Segment {
         if body.records.len() != count {
             return Err(corrupt("record count does not match its header"));
         }
-        let vectors = bytes[json_end..]
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
+        let vectors = bytes[json_end..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
         Ok(Self { dim, records: body.records, vectors, tombstones: body.tombstones })
     }
 }

@@ -58,9 +58,11 @@ impl LocalStore {
         key: &str,
         f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        tokio::task::spawn_blocking(f)
-            .await
-            .map_err(|e| StoreError::Backend { op, key: key.to_owned(), message: e.to_string() })?
+        tokio::task::spawn_blocking(f).await.map_err(|e| StoreError::Backend {
+            op,
+            key: key.to_owned(),
+            message: e.to_string(),
+        })?
     }
 }
 
@@ -71,7 +73,7 @@ fn backend(op: &'static str, key: &str, e: &std::io::Error) -> StoreError {
 fn read_file(op: &'static str, key: &str, path: &Path) -> Result<Vec<u8>, StoreError> {
     match fs::read(path) {
         Ok(body) => Ok(body),
-        Err(e) if e.kind() == ErrorKind::NotFound || e.kind() == ErrorKind::IsADirectory => {
+        Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::IsADirectory | ErrorKind::NotADirectory) => {
             Err(StoreError::NotFound(key.to_owned()))
         }
         Err(e) => Err(backend(op, key, &e)),
@@ -96,9 +98,7 @@ fn lock_key(root: &Path, key: &str) -> Result<KeyLock, StoreError> {
 fn temp_path(root: &Path) -> PathBuf {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
     root.join(TMP_DIR).join(format!("{}-{n}-{nanos}", std::process::id()))
 }
 

@@ -8,6 +8,9 @@
 //! `If-Match` a 404 `NoSuchKey`, which some servers send for a missing object)
 //! comes back as [`StoreError::Conflict`]. Etags are the service's ETag
 //! without its surrounding quotes.
+//!
+//! A missing key is [`StoreError::NotFound`]; a missing bucket is a `Backend`
+//! error, except for [`Store::head`], whose bare 404 cannot tell them apart.
 
 use async_trait::async_trait;
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
@@ -52,10 +55,7 @@ pub struct S3Store {
 
 impl std::fmt::Debug for S3Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("S3Store")
-            .field("bucket", &self.bucket)
-            .field("prefix", &self.prefix)
-            .finish_non_exhaustive()
+        f.debug_struct("S3Store").field("bucket", &self.bucket).field("prefix", &self.prefix).finish_non_exhaustive()
     }
 }
 
@@ -68,42 +68,26 @@ impl S3Store {
     ///
     /// # Errors
     /// Currently none; the `Result` leaves room for configuration checks.
-    pub async fn connect(
-        bucket: &str,
-        prefix: &str,
-        options: &S3Options,
-    ) -> Result<Self, StoreError> {
+    pub async fn connect(bucket: &str, prefix: &str, options: &S3Options) -> Result<Self, StoreError> {
         use aws_config::meta::region::RegionProviderChain;
         use aws_sdk_s3::config::Region;
 
         let region = RegionProviderChain::first_try(options.region.clone().map(Region::new))
             .or_default_provider()
             .or_else(Region::from_static(DEFAULT_REGION));
-        let sdk_config = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .region(region)
-            .load()
-            .await;
-        let mut builder = aws_sdk_s3::config::Builder::from(&sdk_config)
-            .force_path_style(options.force_path_style);
+        let sdk_config = aws_config::defaults(aws_config::BehaviorVersion::latest()).region(region).load().await;
+        let mut builder = aws_sdk_s3::config::Builder::from(&sdk_config).force_path_style(options.force_path_style);
         if let Some(url) = &options.endpoint_url {
             builder = builder.endpoint_url(url);
         }
-        Ok(Self::from_client(
-            aws_sdk_s3::Client::from_conf(builder.build()),
-            bucket,
-            prefix,
-        ))
+        Ok(Self::from_client(aws_sdk_s3::Client::from_conf(builder.build()), bucket, prefix))
     }
 
     /// A store in `bucket` under `prefix` (leading and trailing slashes are
     /// ignored) using an already configured client.
     #[must_use]
     pub fn from_client(client: aws_sdk_s3::Client, bucket: &str, prefix: &str) -> Self {
-        Self {
-            client,
-            bucket: bucket.to_owned(),
-            prefix: prefix.trim_matches('/').to_owned(),
-        }
+        Self { client, bucket: bucket.to_owned(), prefix: prefix.trim_matches('/').to_owned() }
     }
 
     /// The bucket.
@@ -147,23 +131,14 @@ impl S3Store {
         }
         match request.send().await {
             Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_bucket_already_owned_by_you()) =>
-            {
-                Ok(())
-            }
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_bucket_already_owned_by_you()) => Ok(()),
             Err(e) => Err(backend("create_bucket", &self.bucket, &e)),
         }
     }
 
     /// The bucket key of store key `key` (already validated).
     fn full_key(&self, key: &str) -> String {
-        if self.prefix.is_empty() {
-            key.to_owned()
-        } else {
-            format!("{}/{key}", self.prefix)
-        }
+        if self.prefix.is_empty() { key.to_owned() } else { format!("{}/{key}", self.prefix) }
     }
 }
 
@@ -173,26 +148,15 @@ fn http_status<E>(err: &SdkError<E>) -> Option<u16> {
 }
 
 /// A `Backend` error carrying the SDK's full error chain.
-fn backend<E: std::error::Error + 'static>(
-    op: &'static str,
-    key: &str,
-    err: &SdkError<E>,
-) -> StoreError {
-    StoreError::Backend {
-        op,
-        key: key.to_owned(),
-        message: DisplayErrorContext(err).to_string(),
-    }
+fn backend<E: std::error::Error + 'static>(op: &'static str, key: &str, err: &SdkError<E>) -> StoreError {
+    StoreError::Backend { op, key: key.to_owned(), message: DisplayErrorContext(err).to_string() }
 }
 
 /// Whether a failed conditional put means "the precondition did not hold".
 fn is_precondition_failure<E: ProvideErrorMetadata>(err: &SdkError<E>, mode: &PutMode) -> bool {
     let code = err.code();
-    let failed = http_status(err) == Some(412)
-        || matches!(
-            code,
-            Some("PreconditionFailed" | "ConditionalRequestConflict")
-        );
+    let failed =
+        http_status(err) == Some(412) || matches!(code, Some("PreconditionFailed" | "ConditionalRequestConflict"));
     match mode {
         PutMode::Overwrite => false,
         PutMode::CreateNew => failed,
@@ -203,10 +167,7 @@ fn is_precondition_failure<E: ProvideErrorMetadata>(err: &SdkError<E>, mode: &Pu
 /// An etag as the store reports it: without the quotes S3 puts around it.
 fn unquote(etag: Option<&str>) -> String {
     let etag = etag.unwrap_or_default();
-    etag.strip_prefix("W/")
-        .unwrap_or(etag)
-        .trim_matches('"')
-        .to_owned()
+    etag.strip_prefix("W/").unwrap_or(etag).trim_matches('"').to_owned()
 }
 
 /// A size as the store reports it (S3 sends a signed integer).
@@ -218,14 +179,7 @@ fn size_of(size: Option<i64>) -> u64 {
 impl Store for S3Store {
     async fn get(&self, key: &str) -> Result<Object, StoreError> {
         validate_key(key)?;
-        let output = match self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(self.full_key(key))
-            .send()
-            .await
-        {
+        let output = match self.client.get_object().bucket(&self.bucket).key(self.full_key(key)).send().await {
             Ok(output) => output,
             Err(e)
                 if e.as_service_error().is_some_and(|s| s.is_no_such_key())
@@ -236,37 +190,21 @@ impl Store for S3Store {
             Err(e) => return Err(backend("get", key, &e)),
         };
         let etag = unquote(output.e_tag());
-        let body = output
-            .body
-            .collect()
-            .await
-            .map_err(|e| StoreError::Backend {
-                op: "get",
-                key: key.to_owned(),
-                message: DisplayErrorContext(&e).to_string(),
-            })?;
+        let body = output.body.collect().await.map_err(|e| StoreError::Backend {
+            op: "get",
+            key: key.to_owned(),
+            message: DisplayErrorContext(&e).to_string(),
+        })?;
         let body = body.into_bytes();
-        Ok(Object {
-            meta: ObjectMeta {
-                key: key.to_owned(),
-                etag,
-                size: body.len() as u64,
-            },
-            body,
-        })
+        Ok(Object { meta: ObjectMeta { key: key.to_owned(), etag, size: body.len() as u64 }, body })
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
         validate_key(key)?;
-        // A HEAD response has no body, so a missing key is a bare 404.
-        match self
-            .client
-            .head_object()
-            .bucket(&self.bucket)
-            .key(self.full_key(key))
-            .send()
-            .await
-        {
+        // A HEAD response has no body, so a missing key is a bare 404 — and
+        // so is a missing bucket, which therefore also reads as NotFound here
+        // (get and list report it as a Backend error).
+        match self.client.head_object().bucket(&self.bucket).key(self.full_key(key)).send().await {
             Ok(output) => Ok(ObjectMeta {
                 key: key.to_owned(),
                 etag: unquote(output.e_tag()),
@@ -280,36 +218,22 @@ impl Store for S3Store {
     async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<ObjectMeta, StoreError> {
         validate_key(key)?;
         let size = body.len() as u64;
-        let mut request = self
-            .client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(self.full_key(key))
-            .body(ByteStream::from(body));
+        let mut request =
+            self.client.put_object().bucket(&self.bucket).key(self.full_key(key)).body(ByteStream::from(body));
         request = match &mode {
             PutMode::Overwrite => request,
             PutMode::CreateNew => request.if_none_match("*"),
             PutMode::IfMatch(etag) => request.if_match(format!("\"{}\"", etag.trim_matches('"'))),
         };
         match request.send().await {
-            Ok(output) => Ok(ObjectMeta {
-                key: key.to_owned(),
-                etag: unquote(output.e_tag()),
-                size,
-            }),
-            Err(e) if is_precondition_failure(&e, &mode) => {
-                Err(StoreError::Conflict(key.to_owned()))
-            }
+            Ok(output) => Ok(ObjectMeta { key: key.to_owned(), etag: unquote(output.e_tag()), size }),
+            Err(e) if is_precondition_failure(&e, &mode) => Err(StoreError::Conflict(key.to_owned())),
             Err(e) => Err(backend("put", key, &e)),
         }
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError> {
-        let root = if self.prefix.is_empty() {
-            String::new()
-        } else {
-            format!("{}/", self.prefix)
-        };
+        let root = if self.prefix.is_empty() { String::new() } else { format!("{}/", self.prefix) };
         let full_prefix = format!("{root}{prefix}");
         let mut out = Vec::new();
         let mut token: Option<String> = None;
@@ -345,14 +269,7 @@ impl Store for S3Store {
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         validate_key(key)?;
         // S3 answers 204 for a missing key; some servers answer 404.
-        match self
-            .client
-            .delete_object()
-            .bucket(&self.bucket)
-            .key(self.full_key(key))
-            .send()
-            .await
-        {
+        match self.client.delete_object().bucket(&self.bucket).key(self.full_key(key)).send().await {
             Ok(_) => Ok(()),
             Err(e) if e.code() == Some("NoSuchKey") => Ok(()),
             Err(e) => Err(backend("delete", key, &e)),

@@ -1,0 +1,197 @@
+//! The one place library errors become HTTP responses (CONTRACT §2): the
+//! reference's envelope, codes and statuses.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::embed::EmbedError;
+use crate::index::IndexError;
+use crate::store::StoreError;
+
+/// One invalid field, as the reference reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FieldError {
+    /// Where: `["body", "<field>", …]`. Clients strip `loc[1]` and retry.
+    pub loc: Vec<Value>,
+    /// What is wrong (pydantic's wording where the reference has one).
+    pub message: String,
+    /// The pydantic error type (`extra_forbidden`, `int_type`, …).
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+impl FieldError {
+    /// An error on body field `field`.
+    #[must_use]
+    pub fn new(field: &str, kind: &str, message: impl Into<String>) -> Self {
+        Self { loc: vec!["body".into(), field.into()], message: message.into(), kind: kind.to_owned() }
+    }
+
+    /// This error with an index or key appended to its location.
+    #[must_use]
+    pub fn at(mut self, item: impl Into<Value>) -> Self {
+        self.loc.push(item.into());
+        self
+    }
+
+    fn dotted_loc(&self) -> String {
+        self.loc
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(".")
+    }
+}
+
+/// Everything a request can fail with, mapped to status and code in
+/// [`ApiError::status`] and [`ApiError::code`].
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Field validation failed: 400 `INVALID_ARGUMENT` with
+    /// `details.validation_errors`.
+    #[error("Invalid request parameters: {}", .0.iter().map(|e| format!("{}: {}", e.dotted_loc(), e.message)).collect::<Vec<_>>().join("; "))]
+    Validation(Vec<FieldError>),
+    /// A request that is well-formed but not acceptable: 400.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// No usable credentials: 401.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// Outside the caller's tree: 403.
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// No such thing (or route): 404.
+    #[error("{0}")]
+    NotFound(String),
+    /// Wrong method for the route: 405.
+    #[error("method {0} is not allowed here; use POST")]
+    MethodNotAllowed(String),
+    /// The body is over the limit: 413.
+    #[error("request body is {size} bytes; the limit is {limit} bytes")]
+    PayloadTooLarge {
+        /// Bytes received.
+        size: usize,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// A conflicting write: 409.
+    #[error("{0}")]
+    Conflict(String),
+    /// A dependency failed and nothing useful can be returned: 503.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A bug: 500.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// A validation error on one field.
+    #[must_use]
+    pub fn field(field: &str, kind: &str, message: impl Into<String>) -> Self {
+        Self::Validation(vec![FieldError::new(field, kind, message)])
+    }
+
+    /// The HTTP status.
+    #[must_use]
+    pub fn status(&self) -> u16 {
+        match self {
+            Self::Validation(_) | Self::InvalidArgument(_) => 400,
+            Self::Unauthenticated(_) => 401,
+            Self::PermissionDenied(_) => 403,
+            Self::NotFound(_) => 404,
+            Self::MethodNotAllowed(_) => 405,
+            Self::Conflict(_) => 409,
+            Self::PayloadTooLarge { .. } => 413,
+            Self::Internal(_) => 500,
+            Self::Unavailable(_) => 503,
+        }
+    }
+
+    /// The envelope's `error.code`.
+    #[must_use]
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Validation(_) | Self::InvalidArgument(_) => "INVALID_ARGUMENT",
+            Self::Unauthenticated(_) => "UNAUTHENTICATED",
+            Self::PermissionDenied(_) => "PERMISSION_DENIED",
+            Self::NotFound(_) => "NOT_FOUND",
+            Self::MethodNotAllowed(_) => "METHOD_NOT_ALLOWED",
+            Self::Conflict(_) => "CONFLICT",
+            Self::PayloadTooLarge { .. } => "PAYLOAD_TOO_LARGE",
+            Self::Internal(_) => "INTERNAL",
+            Self::Unavailable(_) => "UNAVAILABLE",
+        }
+    }
+
+    /// The envelope: `{"status":"error","error":{code,message,details?}}`.
+    #[must_use]
+    pub fn body(&self) -> Value {
+        let mut error = json!({ "code": self.code(), "message": self.to_string() });
+        if let Self::Validation(errors) = self {
+            error["details"] = json!({ "validation_errors": errors });
+        }
+        json!({ "status": "error", "error": error })
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(key) => Self::NotFound(format!("not found: {key}")),
+            StoreError::Conflict(key) => Self::Conflict(format!("concurrent update of {key}; retry")),
+            StoreError::InvalidKey(key) => Self::InvalidArgument(format!("invalid path {key:?}")),
+            other @ StoreError::Backend { .. } => Self::Unavailable(other.to_string()),
+        }
+    }
+}
+
+impl From<IndexError> for ApiError {
+    fn from(e: IndexError) -> Self {
+        match e {
+            IndexError::Store(s) => s.into(),
+            IndexError::EmbedderMismatch { .. } | IndexError::Contention(_) => Self::Unavailable(e.to_string()),
+            IndexError::Corrupt(_) => Self::Internal(e.to_string()),
+        }
+    }
+}
+
+impl From<EmbedError> for ApiError {
+    fn from(e: EmbedError) -> Self {
+        Self::Unavailable(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_errors_render_as_the_reference() {
+        let err = ApiError::Validation(vec![
+            FieldError::new("mode", "extra_forbidden", "Extra inputs are not permitted"),
+            FieldError::new("tags", "value_error", "Value error, bad tag").at(1),
+        ]);
+        assert_eq!(err.status(), 400);
+        let body = err.body();
+        assert_eq!(
+            body["error"]["message"],
+            "Invalid request parameters: body.mode: Extra inputs are not permitted; body.tags.1: Value error, bad tag"
+        );
+        assert_eq!(body["error"]["code"], "INVALID_ARGUMENT");
+        assert_eq!(body["error"]["details"]["validation_errors"][0]["loc"], json!(["body", "mode"]));
+        assert_eq!(body["error"]["details"]["validation_errors"][1]["type"], "value_error");
+        assert_eq!(body["status"], "error");
+    }
+
+    #[test]
+    fn other_errors_have_no_details() {
+        let err = ApiError::PayloadTooLarge { size: 300_000, limit: 262_144 };
+        assert_eq!((err.status(), err.code()), (413, "PAYLOAD_TOO_LARGE"));
+        assert!(err.body()["error"].get("details").is_none());
+        assert_eq!(ApiError::from(StoreError::NotFound("k".into())).status(), 404);
+    }
+}

@@ -1,0 +1,252 @@
+//! Strict reading of a JSON request body: every field is checked by type
+//! and range, unknown fields are refused, and every problem is collected as
+//! a [`FieldError`] whose `loc` names the field — as the reference's
+//! pydantic models report them. `null` is the same as absent.
+
+use serde_json::{Map, Value};
+
+use super::error::{ApiError, FieldError};
+
+/// A request body being validated.
+#[derive(Debug)]
+pub struct Body {
+    map: Map<String, Value>,
+    errors: Vec<FieldError>,
+}
+
+impl Body {
+    /// Parses `bytes` as a JSON object and refuses fields not in `known`
+    /// (`extra_forbidden`). An empty body is `{}`.
+    ///
+    /// # Errors
+    /// 400 when the body is not JSON or not an object.
+    pub fn parse(bytes: &[u8], known: &[&str]) -> Result<Self, ApiError> {
+        let value: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
+            Value::Object(Map::new())
+        } else {
+            serde_json::from_slice(bytes).map_err(|e| {
+                ApiError::Validation(vec![FieldError {
+                    loc: vec!["body".into(), e.column().into()],
+                    message: format!("JSON decode error: {e}"),
+                    kind: "json_invalid".into(),
+                }])
+            })?
+        };
+        let Value::Object(map) = value else {
+            return Err(ApiError::Validation(vec![FieldError {
+                loc: vec!["body".into()],
+                message: "Input should be a valid dictionary or object to extract fields from".into(),
+                kind: "model_attributes_type".into(),
+            }]));
+        };
+        let errors = map
+            .keys()
+            .filter(|k| !known.contains(&k.as_str()))
+            .map(|k| FieldError::new(k, "extra_forbidden", "Extra inputs are not permitted"))
+            .collect();
+        Ok(Self { map, errors })
+    }
+
+    /// Whether `name` was sent with a non-null value.
+    #[must_use]
+    pub fn sent(&self, name: &str) -> bool {
+        self.map.get(name).is_some_and(|v| !v.is_null())
+    }
+
+    /// The raw value of `name` (`None` when absent or null).
+    #[must_use]
+    pub fn raw(&self, name: &str) -> Option<&Value> {
+        self.map.get(name).filter(|v| !v.is_null())
+    }
+
+    /// Records an error.
+    pub fn error(&mut self, error: FieldError) {
+        self.errors.push(error);
+    }
+
+    /// Whether any error was recorded for `name`.
+    #[must_use]
+    pub fn has_error(&self, name: &str) -> bool {
+        self.errors.iter().any(|e| e.loc.get(1).and_then(Value::as_str) == Some(name))
+    }
+
+    /// Ends validation.
+    ///
+    /// # Errors
+    /// Every recorded error, as one 400.
+    pub fn finish(self) -> Result<Map<String, Value>, ApiError> {
+        if self.errors.is_empty() { Ok(self.map) } else { Err(ApiError::Validation(self.errors)) }
+    }
+
+    /// A string field.
+    pub fn string(&mut self, name: &str) -> Option<String> {
+        match self.raw(name)? {
+            Value::String(s) => Some(s.clone()),
+            _ => {
+                self.error(FieldError::new(name, "string_type", "Input should be a valid string"));
+                None
+            }
+        }
+    }
+
+    /// A boolean field.
+    pub fn boolean(&mut self, name: &str) -> Option<bool> {
+        match self.raw(name)? {
+            Value::Bool(b) => Some(*b),
+            _ => {
+                self.error(FieldError::new(name, "bool_type", "Input should be a valid boolean"));
+                None
+            }
+        }
+    }
+
+    /// An integer field within `min..=max` (each bound optional). Integral
+    /// floats (`10.0`) are accepted as the reference does.
+    pub fn int(&mut self, name: &str, min: Option<i64>, max: Option<i64>) -> Option<i64> {
+        let value = self.raw(name)?;
+        let n = match value {
+            Value::Number(n) if n.is_i64() => n.as_i64(),
+            Value::Number(n) => n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9e15).map(|f| f as i64),
+            _ => None,
+        };
+        let Some(n) = n else {
+            let (kind, message) = if value.is_number() {
+                ("int_from_float", "Input should be a valid integer, got a number with a fractional part")
+            } else {
+                ("int_type", "Input should be a valid integer")
+            };
+            self.error(FieldError::new(name, kind, message));
+            return None;
+        };
+        if let Some(lo) = min.filter(|lo| n < *lo) {
+            self.error(FieldError::new(
+                name,
+                "greater_than_equal",
+                format!("Input should be greater than or equal to {lo}"),
+            ));
+            return None;
+        }
+        if let Some(hi) = max.filter(|hi| n > *hi) {
+            self.error(FieldError::new(name, "less_than_equal", format!("Input should be less than or equal to {hi}")));
+            return None;
+        }
+        Some(n)
+    }
+
+    /// A finite number.
+    pub fn number(&mut self, name: &str) -> Option<f64> {
+        match self.raw(name)?.as_f64() {
+            Some(f) if f.is_finite() => Some(f),
+            _ => {
+                self.error(FieldError::new(name, "float_type", "Input should be a valid number"));
+                None
+            }
+        }
+    }
+
+    /// One of `allowed`.
+    pub fn literal(&mut self, name: &str, allowed: &[&str]) -> Option<String> {
+        let value = self.raw(name)?;
+        if let Some(s) = value.as_str().filter(|s| allowed.contains(s)) {
+            return Some(s.to_owned());
+        }
+        let quoted: Vec<String> = allowed.iter().map(|a| format!("'{a}'")).collect();
+        let listed = match quoted.split_last() {
+            Some((last, [])) => last.clone(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
+        };
+        self.error(FieldError::new(name, "literal_error", format!("Input should be {listed}")));
+        None
+    }
+
+    /// A list of strings.
+    pub fn string_list(&mut self, name: &str) -> Option<Vec<String>> {
+        let Value::Array(items) = self.raw(name)? else {
+            self.error(FieldError::new(name, "list_type", "Input should be a valid list"));
+            return None;
+        };
+        let mut out = Vec::with_capacity(items.len());
+        let mut bad = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            match item.as_str() {
+                Some(s) => out.push(s.to_owned()),
+                None => bad.push(FieldError::new(name, "string_type", "Input should be a valid string").at(i)),
+            }
+        }
+        if bad.is_empty() {
+            Some(out)
+        } else {
+            self.errors.extend(bad);
+            None
+        }
+    }
+
+    /// A string or a list of strings (a list of one for a string).
+    pub fn string_or_list(&mut self, name: &str) -> Option<Vec<String>> {
+        match self.raw(name)? {
+            Value::String(s) => Some(vec![s.clone()]),
+            Value::Array(_) => self.string_list(name),
+            _ => {
+                self.error(FieldError::new(name, "string_type", "Input should be a valid string or list of strings"));
+                None
+            }
+        }
+    }
+
+    /// A JSON object.
+    pub fn object(&mut self, name: &str) -> Option<Map<String, Value>> {
+        match self.raw(name)? {
+            Value::Object(m) => Some(m.clone()),
+            _ => {
+                self.error(FieldError::new(name, "dict_type", "Input should be a valid dictionary"));
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(json: &str) -> Body {
+        Body::parse(json.as_bytes(), &["a", "b", "c"]).expect("object")
+    }
+
+    #[test]
+    fn unknown_fields_and_wrong_types_are_collected_with_their_loc() {
+        let mut b = body(r#"{"a": "x", "b": 1.5, "zzz": 1}"#);
+        assert_eq!(b.int("a", None, None), None);
+        assert_eq!(b.int("b", Some(1), None), None);
+        let ApiError::Validation(errors) = b.finish().expect_err("invalid") else { panic!("validation") };
+        let locs: Vec<String> = errors.iter().map(|e| format!("{}:{}", e.loc[1], e.kind)).collect();
+        assert_eq!(locs, ["\"zzz\":extra_forbidden", "\"a\":int_type", "\"b\":int_from_float"]);
+    }
+
+    #[test]
+    fn null_is_absent_and_ranges_are_enforced() {
+        let mut b = body(r#"{"a": null, "b": 0, "c": 10.0}"#);
+        assert_eq!(b.string("a"), None);
+        assert!(!b.sent("a"));
+        assert_eq!(b.int("c", Some(1), Some(10)), Some(10));
+        assert_eq!(b.int("b", Some(1), None), None);
+        let ApiError::Validation(errors) = b.finish().expect_err("invalid") else { panic!("validation") };
+        assert_eq!(errors[0].message, "Input should be greater than or equal to 1");
+    }
+
+    #[test]
+    fn literals_list_their_choices_like_pydantic() {
+        let mut b = body(r#"{"a": "nope"}"#);
+        assert_eq!(b.literal("a", &["updated_at", "created_at"]), None);
+        let ApiError::Validation(errors) = b.finish().expect_err("invalid") else { panic!("validation") };
+        assert_eq!(errors[0].message, "Input should be 'updated_at' or 'created_at'");
+    }
+
+    #[test]
+    fn bodies_that_are_not_objects_are_refused() {
+        assert!(Body::parse(b"[1]", &[]).is_err());
+        assert!(Body::parse(b"{", &[]).is_err());
+        assert!(Body::parse(b"  ", &[]).is_ok());
+    }
+}

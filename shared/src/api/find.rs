@@ -1,0 +1,261 @@
+//! `POST /api/v1/search/find`: strict parsing of the reference's
+//! `FindRequest` (0.5.2 shape) into [`FindParams`], then [`crate::find::find`].
+
+use bytes::Bytes;
+use http::{Request, Response};
+use serde_json::Value;
+
+use super::error::{ApiError, FieldError};
+use super::fields::Body;
+use super::{Admitted, admit, error_response, ok, telemetry};
+use crate::app::App;
+use crate::find::{FindParams, authorize_targets, find};
+use crate::identity::Identity;
+use crate::index::ContextType;
+use crate::index::extract::is_valid_tag;
+use crate::index::filter::{FilterExpr, TimeField, TimeRange};
+use crate::timeparse::{DateEnd, parse_duration, parse_time};
+use crate::uri::VikingUri;
+
+/// The fields `find` accepts; anything else is `extra_forbidden`.
+pub const FIND_FIELDS: &[&str] = &[
+    "query",
+    "image_url",
+    "target_uri",
+    "context_type",
+    "limit",
+    "node_limit",
+    "score_threshold",
+    "filter",
+    "include_provenance",
+    "tags",
+    "since",
+    "until",
+    "time_field",
+    "level",
+    "telemetry",
+    "read_content",
+    "events_time_decay_protection",
+];
+
+/// The message for an empty query without an image (as the reference).
+pub const EMPTY_QUERY: &str = "Search query or image_url must not be empty.";
+
+/// Handles one find request; never panics on input and always answers in
+/// the envelope.
+pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
+    let admitted = match admit(app, &request) {
+        Ok(a) => a,
+        Err(e) => return error_response(&e),
+    };
+    match run(app, &admitted).await {
+        Ok((result, wants_telemetry)) => ok(result, telemetry(wants_telemetry, "search.find", admitted.started)),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn run(app: &App, admitted: &Admitted<'_>) -> Result<(Value, bool), ApiError> {
+    let mut body = Body::parse(admitted.body, FIND_FIELDS)?;
+    let common = parse_common(&mut body, admitted.now);
+    body.finish()?;
+    let mut params = common.params;
+    check_query(app, &params.query, common.has_image)?;
+    params.targets = authorize(&admitted.identity, &common.targets)?;
+    let result = find(app, &admitted.identity, &params, admitted.now).await?;
+    Ok((result, common.telemetry))
+}
+
+/// What the fields shared by `find` and `search` parse into.
+#[derive(Debug, Default)]
+pub struct Common {
+    /// The find parameters (targets not yet authorised).
+    pub params: FindParams,
+    /// `target_uri` as sent ("" and [] are absent).
+    pub targets: Vec<VikingUri>,
+    /// Whether a non-empty `image_url` was sent.
+    pub has_image: bool,
+    /// Whether `telemetry` asked for a summary.
+    pub telemetry: bool,
+    /// Whether `limit` or `node_limit` was sent.
+    pub limit_sent: bool,
+}
+
+/// Parses the fields `find` and `search` share, recording every problem in
+/// `body`. `now` resolves relative times.
+pub fn parse_common(body: &mut Body, now: i64) -> Common {
+    let mut c = Common::default();
+    let p = &mut c.params;
+    p.query = body.string("query").unwrap_or_default();
+    c.has_image = match body.raw("image_url") {
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(_) => {
+            body.error(FieldError::new(
+                "image_url",
+                "string_type",
+                "Input should be a valid string or list of strings",
+            ));
+            false
+        }
+        None => false,
+    };
+    for (i, text) in body.string_or_list("target_uri").unwrap_or_default().into_iter().enumerate() {
+        if text.is_empty() {
+            continue;
+        }
+        match VikingUri::parse(text.trim()) {
+            Ok(uri) => c.targets.push(uri),
+            Err(e) => body.error(FieldError::new("target_uri", "value_error", format!("Value error, {e}")).at(i)),
+        }
+    }
+    for name in body.string_or_list("context_type").unwrap_or_default() {
+        for part in name.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            match ContextType::parse(part) {
+                Some(t) if !p.context_types.contains(&t) => p.context_types.push(t),
+                Some(_) => {}
+                None => body.error(FieldError::new(
+                    "context_type",
+                    "value_error",
+                    format!("Value error, invalid context_type {part:?}; allowed: memory, resource, skill"),
+                )),
+            }
+        }
+    }
+    c.limit_sent = body.sent("limit") || body.sent("node_limit");
+    let limit = body.int("limit", Some(1), None);
+    let node_limit = body.int("node_limit", Some(1), None);
+    p.limit = node_limit.or(limit).map_or(10, |n| usize::try_from(n).unwrap_or(usize::MAX));
+    p.score_threshold = body.number("score_threshold");
+    body.boolean("include_provenance");
+    let time_field = match body.literal("time_field", &["updated_at", "created_at"]).as_deref() {
+        Some("created_at") => TimeField::CreatedAt,
+        _ => TimeField::UpdatedAt,
+    };
+    p.time_field = time_field;
+    if let Some(filter) = body.object("filter") {
+        let parse = |t: &str| parse_time(t, now, DateEnd::Start);
+        match FilterExpr::parse(&Value::Object(filter), &parse) {
+            Ok(expr) => p.expr = Some(expr),
+            Err(e) => body.error(FieldError::new("filter", "value_error", format!("Value error, {e}"))),
+        }
+    }
+    for (i, tag) in body.string_list("tags").unwrap_or_default().into_iter().enumerate() {
+        if is_valid_tag(&tag) {
+            p.tags.push(tag);
+        } else {
+            body.error(
+                FieldError::new("tags", "value_error", format!("Value error, tag {tag:?} must be in k=v form")).at(i),
+            );
+        }
+    }
+    let mut bound = |name: &str, end| {
+        let text = body.string(name)?;
+        match parse_time(&text, now, end) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                body.error(FieldError::new(name, "value_error", format!("Value error, {name}: {e}")));
+                None
+            }
+        }
+    };
+    let since = bound("since", DateEnd::Start);
+    let until = bound("until", DateEnd::End);
+    if since.is_some() || until.is_some() {
+        p.time = Some(TimeRange { field: time_field, since, until });
+    }
+    p.levels = parse_levels(body);
+    c.telemetry = match body.raw("telemetry") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(Value::Object(m)) if m.keys().all(|k| k == "summary") && m.values().all(Value::is_boolean) => {
+            m.get("summary").and_then(Value::as_bool).unwrap_or(false)
+        }
+        Some(_) => {
+            body.error(FieldError::new(
+                "telemetry",
+                "value_error",
+                "Value error, telemetry must be a boolean or {\"summary\": bool}",
+            ));
+            false
+        }
+    };
+    p.read_content = body.boolean("read_content").unwrap_or(false);
+    if let Some(text) = body.string("events_time_decay_protection") {
+        match parse_decay_window(&text) {
+            Some(seconds) => p.decay_window_s = Some(seconds),
+            None => body.error(FieldError::new(
+                "events_time_decay_protection",
+                "value_error",
+                format!(
+                    "Value error, events_time_decay_protection {text:?} must be \"0\" or a number followed by m, h or d"
+                ),
+            )),
+        }
+    }
+    c
+}
+
+/// `"0"` or `N` + `m|h|d`, in seconds.
+fn parse_decay_window(text: &str) -> Option<i64> {
+    if text == "0" {
+        return Some(0);
+    }
+    text.ends_with(['m', 'h', 'd']).then(|| parse_duration(text)).flatten()
+}
+
+/// `level`: an int, a list of ints (or numeric strings), or `"0,1"`; each
+/// in 0..=2.
+fn parse_levels(body: &mut Body) -> Vec<u8> {
+    let Some(raw) = body.raw("level").cloned() else { return Vec::new() };
+    let items: Vec<Value> = match raw {
+        Value::Array(items) => items,
+        Value::String(s) => {
+            s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| Value::String(s.into())).collect()
+        }
+        other => vec![other],
+    };
+    let mut levels = Vec::new();
+    for item in items {
+        let level = match &item {
+            Value::Number(n) => n.as_u64(),
+            Value::String(s) => s.parse::<u64>().ok(),
+            _ => None,
+        };
+        match level.and_then(|l| u8::try_from(l).ok()).filter(|l| *l <= 2) {
+            Some(l) if !levels.contains(&l) => levels.push(l),
+            Some(_) => {}
+            None => {
+                body.error(FieldError::new(
+                    "level",
+                    "value_error",
+                    format!("Value error, level {item} must be 0, 1 or 2 (an int, a list, or a string like \"0,1\")"),
+                ));
+                return Vec::new();
+            }
+        }
+    }
+    levels
+}
+
+/// The reference's empty-query rule and the image rule.
+///
+/// # Errors
+/// 400 for an empty query without an image, or an image the embedder
+/// cannot take.
+pub fn check_query(app: &App, query: &str, has_image: bool) -> Result<(), ApiError> {
+    if has_image && !app.embedder.supports_images() {
+        return Err(ApiError::InvalidArgument("image search is not supported by the configured embedder".into()));
+    }
+    if query.trim().is_empty() && !has_image {
+        return Err(ApiError::InvalidArgument(EMPTY_QUERY.into()));
+    }
+    Ok(())
+}
+
+/// Authorises the sent targets (none: none).
+///
+/// # Errors
+/// 403 naming a target outside the caller's tree.
+pub fn authorize(identity: &Identity, targets: &[VikingUri]) -> Result<Vec<VikingUri>, ApiError> {
+    if targets.is_empty() { Ok(Vec::new()) } else { authorize_targets(identity, targets) }
+}

@@ -1,0 +1,101 @@
+//! The HTTP surface, independent of Lambda: handlers take an
+//! `http::Request<Bytes>` (with [`auth::AuthorizerClaims`] as an extension
+//! when an authorizer ran) and always return an `http::Response<String>` in
+//! the reference's envelope. Errors become responses in one place
+//! ([`error::ApiError`]).
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use serde_json::{Value, json};
+
+use crate::app::App;
+use crate::identity::Identity;
+
+pub mod auth;
+pub mod error;
+pub mod fields;
+pub mod find;
+
+use error::ApiError;
+
+/// What every route handler receives once the request is admitted.
+#[derive(Debug)]
+pub struct Admitted<'a> {
+    /// Who is asking.
+    pub identity: Identity,
+    /// The raw body (within the size limit).
+    pub body: &'a [u8],
+    /// The request headers.
+    pub headers: &'a http::HeaderMap,
+    /// "Now", Unix seconds, read once at the edge.
+    pub now: i64,
+    /// When handling started (for telemetry).
+    pub started: Instant,
+}
+
+/// Checks method and size and resolves the identity: the steps every POST
+/// route shares.
+///
+/// # Errors
+/// 405 for a method other than POST, 413 over the body limit, 401/400 for
+/// identity problems.
+pub fn admit<'a>(app: &App, request: &'a Request<Bytes>) -> Result<Admitted<'a>, ApiError> {
+    let started = Instant::now();
+    if request.method() != Method::POST {
+        return Err(ApiError::MethodNotAllowed(request.method().to_string()));
+    }
+    let body = request.body().as_ref();
+    let limit = app.config.limits.max_body_bytes;
+    if body.len() > limit {
+        return Err(ApiError::PayloadTooLarge { size: body.len(), limit });
+    }
+    let claims = request.extensions().get::<auth::AuthorizerClaims>();
+    let identity = auth::resolve_identity(&app.config.identity, request.headers(), claims)?;
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    Ok(Admitted { identity, body, headers: request.headers(), now, started })
+}
+
+/// `{"status":"ok","result":…}` (plus `telemetry` when given) as a 200.
+#[must_use]
+pub fn ok(result: Value, telemetry: Option<Value>) -> Response<String> {
+    let mut body = json!({ "status": "ok", "result": result });
+    if let Some(t) = telemetry {
+        body["telemetry"] = t;
+    }
+    json_response(StatusCode::OK, &body)
+}
+
+/// The error envelope with the error's status.
+#[must_use]
+pub fn error_response(error: &ApiError) -> Response<String> {
+    if error.status() >= 500 {
+        tracing::error!(code = error.code(), message = %error, "request failed");
+    }
+    let status = StatusCode::from_u16(error.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json_response(status, &error.body())
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response<String> {
+    let mut response = Response::new(body.to_string());
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+    response
+}
+
+/// The reference's telemetry summary, when the request asked for it.
+#[must_use]
+pub fn telemetry(requested: bool, operation: &str, started: Instant) -> Option<Value> {
+    requested.then(|| {
+        let nanos = time::OffsetDateTime::now_utc().unix_timestamp_nanos();
+        json!({
+            "id": format!("tm_{:016x}", (nanos as u64) ^ u64::from(std::process::id())),
+            "summary": {
+                "operation": operation,
+                "status": "ok",
+                "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
+            }
+        })
+    })
+}

@@ -1,0 +1,112 @@
+//! The process-wide context a function builds once at init: configuration,
+//! store, embedder and the warm index cache.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{Config, ConfigError, EmbeddingConfig};
+use crate::embed::Embedder;
+use crate::embed::hashed::HashedEmbedder;
+use crate::index::{EmbedderInfo, IndexCache};
+use crate::store::local::LocalStore;
+use crate::store::{SharedStore, StoreError, StoreLocation};
+
+/// What init failed to build.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    /// Bad configuration.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The store could not be opened.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The configured embedder could not be built.
+    #[error("embedder: {0}")]
+    Embedder(String),
+}
+
+/// Everything a handler needs; built once per process and shared.
+#[derive(Debug)]
+pub struct App {
+    /// The configuration.
+    pub config: Config,
+    /// The store.
+    pub store: SharedStore,
+    /// The query and ingest embedder.
+    pub embedder: Arc<dyn Embedder>,
+    /// Warm index snapshots per account.
+    pub index: IndexCache,
+}
+
+impl App {
+    /// Builds the store, embedder and index cache for `config`. Clients that
+    /// talk to the network connect on first use.
+    ///
+    /// # Errors
+    /// [`InitError`] naming what could not be built.
+    pub async fn new(config: Config) -> Result<Self, InitError> {
+        let store = open_store(&config).await?;
+        let embedder = build_embedder(&config.embedding)?;
+        Ok(Self::with_parts(config, store, embedder))
+    }
+
+    /// An app over an existing store and embedder (tests, tools).
+    #[must_use]
+    pub fn with_parts(config: Config, store: SharedStore, embedder: Arc<dyn Embedder>) -> Self {
+        let revalidate = Duration::from_millis(config.index.revalidate_after_ms);
+        let index = IndexCache::new(Arc::clone(&store), revalidate);
+        Self { config, store, embedder, index }
+    }
+
+    /// The embedder as the index records it.
+    #[must_use]
+    pub fn embedder_info(&self) -> EmbedderInfo {
+        EmbedderInfo { id: self.embedder.id().to_owned(), dimension: self.embedder.dimension() }
+    }
+}
+
+/// Opens the configured store: a local directory, or S3 (with the
+/// configured endpoint, path style and region).
+///
+/// # Errors
+/// [`InitError`] when the location is invalid or cannot be opened.
+pub async fn open_store(config: &Config) -> Result<SharedStore, InitError> {
+    match config.store_location()? {
+        StoreLocation::Local(dir) => Ok(Arc::new(LocalStore::open(dir)?)),
+        #[cfg(feature = "s3")]
+        StoreLocation::S3 { bucket, prefix } => {
+            let options = crate::store::s3::S3Options {
+                endpoint_url: config.s3.endpoint_url.clone(),
+                force_path_style: config.s3.force_path_style,
+                region: config.s3.region.clone(),
+            };
+            Ok(Arc::new(crate::store::s3::S3Store::connect(&bucket, &prefix, &options).await?))
+        }
+        #[cfg(not(feature = "s3"))]
+        StoreLocation::S3 { .. } => Err(InitError::Embedder("this build has no S3 support".into())),
+    }
+}
+
+/// Builds the configured embedder. Network clients connect on first use.
+///
+/// # Errors
+/// [`InitError::Embedder`] when the provider is not built into this binary.
+pub fn build_embedder(config: &EmbeddingConfig) -> Result<Arc<dyn Embedder>, InitError> {
+    match config {
+        EmbeddingConfig::Hashed { dimension } => Ok(Arc::new(HashedEmbedder::new(*dimension))),
+        #[cfg(feature = "openai")]
+        EmbeddingConfig::Openai { base_url, model, dimension, api_key_env, send_dimensions, timeout_ms } => {
+            use crate::embed::openai::{OpenAiEmbedder, OpenAiEmbedderConfig};
+            Ok(Arc::new(OpenAiEmbedder::new(OpenAiEmbedderConfig {
+                base_url: base_url.clone(),
+                model: model.clone(),
+                dimension: *dimension,
+                send_dimensions: *send_dimensions,
+                api_key: std::env::var(api_key_env).ok().filter(|k| !k.is_empty()),
+                timeout: Duration::from_millis(*timeout_ms),
+            })))
+        }
+        #[cfg(not(feature = "openai"))]
+        EmbeddingConfig::Openai { .. } => Err(InitError::Embedder("this build has no OpenAI client".into())),
+    }
+}

@@ -1,0 +1,290 @@
+//! Configuration: one JSON document, read once at init. Every default lives
+//! here. Relative paths resolve against the configuration file's directory.
+//!
+//! Sources, later ones winning: the file named by `SKALD_CONFIG` (if set),
+//! then `SKALD_STORE` (store location) and `SKALD_S3_ENDPOINT` (S3 endpoint
+//! override) from the environment.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::store::StoreLocation;
+
+/// What went wrong reading the configuration. Messages name the file or key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {message}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        message: String,
+    },
+    /// The file is not valid configuration.
+    #[error("invalid config {path}: {message}")]
+    Invalid {
+        /// The file (or `environment`).
+        path: String,
+        /// What is wrong, with the key.
+        message: String,
+    },
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Where the store lives: a directory or `s3://bucket/prefix`.
+    /// Default `.skald/store` (relative to the config file).
+    pub store: String,
+    /// S3 client settings (used for `s3://` stores).
+    pub s3: S3Config,
+    /// How requests are given an identity.
+    pub identity: IdentityConfig,
+    /// The embedder.
+    pub embedding: EmbeddingConfig,
+    /// Index settings.
+    pub index: IndexConfig,
+    /// Request limits.
+    pub limits: LimitsConfig,
+    /// The directory relative paths resolve against (the config file's
+    /// directory; the working directory without a file). Not read from JSON.
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            store: ".skald/store".to_owned(),
+            s3: S3Config::default(),
+            identity: IdentityConfig::default(),
+            embedding: EmbeddingConfig::default(),
+            index: IndexConfig::default(),
+            limits: LimitsConfig::default(),
+            base_dir: PathBuf::from("."),
+        }
+    }
+}
+
+/// S3 client settings.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct S3Config {
+    /// Endpoint override (a local S3-protocol server). Default: AWS.
+    pub endpoint_url: Option<String>,
+    /// Path-style addressing (needed by most local servers). Default false.
+    pub force_path_style: bool,
+    /// Region. Default: from the environment, else `us-east-1`.
+    pub region: Option<String>,
+}
+
+/// How a request's identity is established (CONTRACT §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdentityMode {
+    /// Only the API Gateway authorizer's claims (the default).
+    #[default]
+    Authorizer,
+    /// Also trust `X-OpenViking-Account` / `-User` / `-Actor-Peer` headers,
+    /// defaulting to the configured account and user. Local runs only.
+    Dev,
+}
+
+/// Identity settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IdentityConfig {
+    /// `authorizer` (default) or `dev`.
+    pub mode: IdentityMode,
+    /// The JWT claim naming the user. Default `sub`.
+    pub user_claim: String,
+    /// The JWT claim naming the account. Default `custom:account`.
+    pub account_claim: String,
+    /// Account used when the claim or header is absent. Default `default`.
+    pub default_account: String,
+    /// User used in dev mode when no header names one. Default `default`.
+    pub default_user: String,
+}
+
+impl Default for IdentityConfig {
+    fn default() -> Self {
+        Self {
+            mode: IdentityMode::Authorizer,
+            user_claim: "sub".to_owned(),
+            account_claim: "custom:account".to_owned(),
+            default_account: "default".to_owned(),
+            default_user: "default".to_owned(),
+        }
+    }
+}
+
+/// Which embedder to use.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(tag = "provider", rename_all = "lowercase", deny_unknown_fields)]
+pub enum EmbeddingConfig {
+    /// The hashed n-gram test double (`dimension`, default 256).
+    Hashed {
+        /// Vector dimension.
+        #[serde(default = "default_hashed_dimension")]
+        dimension: usize,
+    },
+    /// An OpenAI-compatible `/v1/embeddings` service.
+    Openai {
+        /// Base URL including `/v1`.
+        base_url: String,
+        /// Model name.
+        model: String,
+        /// Vector dimension the model returns.
+        dimension: usize,
+        /// Environment variable holding the API key. Default `OPENAI_API_KEY`.
+        #[serde(default = "default_api_key_env")]
+        api_key_env: String,
+        /// Send `dimensions` with each request. Default false.
+        #[serde(default)]
+        send_dimensions: bool,
+        /// Request timeout in milliseconds. Default 30000.
+        #[serde(default = "default_embed_timeout_ms")]
+        timeout_ms: u64,
+    },
+}
+
+fn default_hashed_dimension() -> usize {
+    256
+}
+fn default_api_key_env() -> String {
+    "OPENAI_API_KEY".to_owned()
+}
+fn default_embed_timeout_ms() -> u64 {
+    30_000
+}
+
+impl Default for EmbeddingConfig {
+    fn default() -> Self {
+        Self::Hashed { dimension: default_hashed_dimension() }
+    }
+}
+
+/// Index settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IndexConfig {
+    /// Abstract size in bytes. Default 400.
+    pub abstract_max_bytes: usize,
+    /// Bytes of a file's text (abstract first, then body) that are embedded.
+    /// Default 2000.
+    pub embed_max_bytes: usize,
+    /// How long a warm process trusts its loaded index before it checks the
+    /// manifest's etag again, in milliseconds. Default 0 (every request).
+    pub revalidate_after_ms: u64,
+}
+
+impl Default for IndexConfig {
+    fn default() -> Self {
+        Self { abstract_max_bytes: 400, embed_max_bytes: 2000, revalidate_after_ms: 0 }
+    }
+}
+
+/// Request limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Largest accepted request body. Default 262144 (256 KiB).
+    pub max_body_bytes: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self { max_body_bytes: 256 * 1024 }
+    }
+}
+
+impl Config {
+    /// Parses a configuration document; relative paths resolve against
+    /// `base_dir`.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the bad key.
+    pub fn from_json(text: &str, origin: &str, base_dir: &Path) -> Result<Self, ConfigError> {
+        let mut config: Self = serde_json::from_str(text)
+            .map_err(|e| ConfigError::Invalid { path: origin.to_owned(), message: e.to_string() })?;
+        config.base_dir = base_dir.to_path_buf();
+        Ok(config)
+    }
+
+    /// Reads a configuration file.
+    ///
+    /// # Errors
+    /// [`ConfigError`] when it cannot be read or parsed.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::Read { path: path.display().to_string(), message: e.to_string() })?;
+        let base = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        Self::from_json(&text, &path.display().to_string(), base)
+    }
+
+    /// The configuration from `SKALD_CONFIG` (or the defaults) with the
+    /// environment overrides applied.
+    ///
+    /// # Errors
+    /// [`ConfigError`] when the file cannot be read or parsed.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let mut config = match std::env::var_os("SKALD_CONFIG") {
+            Some(path) if !path.is_empty() => Self::from_file(Path::new(&path))?,
+            _ => Self::default(),
+        };
+        if let Ok(store) = std::env::var("SKALD_STORE") {
+            if !store.is_empty() {
+                config.store = store;
+            }
+        }
+        if let Ok(endpoint) = std::env::var("SKALD_S3_ENDPOINT") {
+            if !endpoint.is_empty() {
+                config.s3.endpoint_url = Some(endpoint);
+                config.s3.force_path_style = true;
+            }
+        }
+        Ok(config)
+    }
+
+    /// The store location, with a relative directory resolved against
+    /// [`Config::base_dir`].
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] when `store` is not a valid location.
+    pub fn store_location(&self) -> Result<StoreLocation, ConfigError> {
+        let location = StoreLocation::parse(&self.store)
+            .map_err(|message| ConfigError::Invalid { path: "store".to_owned(), message })?;
+        Ok(match location {
+            StoreLocation::Local(dir) if dir.is_relative() => StoreLocation::Local(self.base_dir.join(dir)),
+            other => other,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_fill_what_the_file_omits() {
+        let c =
+            Config::from_json(r#"{"identity": {"mode": "dev"}}"#, "t.json", Path::new("/etc/skald")).expect("valid");
+        assert_eq!(c.identity.mode, IdentityMode::Dev);
+        assert_eq!(c.identity.default_user, "default");
+        assert_eq!(c.limits.max_body_bytes, 262_144);
+        assert_eq!(c.embedding, EmbeddingConfig::Hashed { dimension: 256 });
+        assert_eq!(c.store_location().ok(), Some(StoreLocation::Local("/etc/skald/.skald/store".into())));
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_by_name() {
+        let err = Config::from_json(r#"{"stor": "x"}"#, "t.json", Path::new(".")).expect_err("unknown key");
+        assert!(err.to_string().contains("stor"), "{err}");
+        let err = Config::from_json(r#"{"embedding": {"provider": "nope"}}"#, "t.json", Path::new("."))
+            .expect_err("unknown provider");
+        assert!(err.to_string().contains("nope"), "{err}");
+    }
+}

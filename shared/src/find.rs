@@ -1,0 +1,261 @@
+//! `find`: the retrieval primitive — one embedding, one exact vector search,
+//! no LLM, and no content read unless the caller asks (`read_content`).
+//! Result shape as the reference's list mode (CONTRACT §5).
+
+use futures_util::{StreamExt as _, stream};
+use serde_json::{Value, json};
+
+use crate::api::error::ApiError;
+use crate::app::App;
+use crate::identity::Identity;
+use crate::index::filter::{FilterExpr, TimeField, TimeRange};
+use crate::index::record::LEVEL_FILE;
+use crate::index::{ContextType, EventDecay, Filter, Hit, Level, SearchParams};
+use crate::store::StoreError;
+use crate::uri::{VikingUri, tree_key};
+
+/// Bodies read at once for `read_content`.
+pub const READ_CONTENT_CONCURRENCY: usize = 10;
+
+/// A validated find request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FindParams {
+    /// The query text (non-empty after trimming).
+    pub query: String,
+    /// Explicit targets (already authorised); empty: the defaults for
+    /// `context_types`.
+    pub targets: Vec<VikingUri>,
+    /// Context types to keep (empty: all).
+    pub context_types: Vec<ContextType>,
+    /// Hits to return (`node_limit` wins over `limit`; default 10).
+    pub limit: usize,
+    /// Keep hits scoring strictly above this.
+    pub score_threshold: Option<f64>,
+    /// The request's filter expression.
+    pub expr: Option<FilterExpr>,
+    /// Tags that must all be present.
+    pub tags: Vec<String>,
+    /// `since` / `until` on `time_field`.
+    pub time: Option<TimeRange>,
+    /// Levels to keep (empty: all).
+    pub levels: Vec<Level>,
+    /// Attach each hit's body as `content`.
+    pub read_content: bool,
+    /// `events_time_decay_protection` in seconds.
+    pub decay_window_s: Option<i64>,
+    /// The time field decay and ranges use.
+    pub time_field: TimeField,
+}
+
+impl Default for FindParams {
+    fn default() -> Self {
+        Self {
+            query: String::new(),
+            targets: Vec::new(),
+            context_types: Vec::new(),
+            limit: 10,
+            score_threshold: None,
+            expr: None,
+            tags: Vec::new(),
+            time: None,
+            levels: Vec::new(),
+            read_content: false,
+            decay_window_s: None,
+            time_field: TimeField::UpdatedAt,
+        }
+    }
+}
+
+fn uri(path: &str) -> VikingUri {
+    VikingUri::from_path(path).expect("validated names form a valid uri")
+}
+
+/// The reference's default search targets for a context type (`None`: all
+/// types), with and without an actor peer.
+#[must_use]
+pub fn default_targets(identity: &Identity, context_type: Option<ContextType>) -> Vec<VikingUri> {
+    let root = format!("user/{}", identity.user);
+    let peer = identity.actor_peer.as_ref().map(|p| format!("{root}/peers/{p}"));
+    let paths: Vec<String> = match (context_type, &peer) {
+        (None, None) => vec![root, "resources".into()],
+        (None, Some(p)) => vec![
+            "resources".into(),
+            format!("{root}/memories"),
+            format!("{root}/resources"),
+            format!("{root}/skills"),
+            format!("{p}/memories"),
+            format!("{p}/resources"),
+        ],
+        (Some(ContextType::Memory), None) => vec![root],
+        (Some(ContextType::Memory), Some(p)) => vec![format!("{root}/memories"), format!("{p}/memories")],
+        (Some(ContextType::Resource), None) => vec!["resources".into(), root],
+        (Some(ContextType::Resource), Some(p)) => {
+            vec!["resources".into(), format!("{root}/resources"), format!("{p}/resources")]
+        }
+        (Some(ContextType::Skill), _) => vec![format!("{root}/skills"), "agent/skills".into()],
+    };
+    paths.iter().map(|p| uri(p)).collect()
+}
+
+/// The targets a request may search: each explicit target that lies inside
+/// what the caller may see, narrowed to the visible roots when it is an
+/// ancestor of them (`viking://` → the user's tree and the shared roots).
+///
+/// # Errors
+/// 403 naming the target when it is outside the caller's tree, or another
+/// peer's tree while an actor peer is set.
+pub fn authorize_targets(identity: &Identity, targets: &[VikingUri]) -> Result<Vec<VikingUri>, ApiError> {
+    let roots = identity.visible_roots();
+    let peers_root = identity.user_root().join("peers").ok();
+    let mut out = Vec::new();
+    for target in targets {
+        if let (Some(actor), Some(peers)) = (&identity.actor_peer, &peers_root) {
+            let other_peer = target.is_under(peers) && target.segments().nth(3).is_some_and(|p| p != actor.as_str());
+            if other_peer {
+                return Err(ApiError::PermissionDenied(format!(
+                    "target_uri {target} belongs to another peer than the acting peer {actor}"
+                )));
+            }
+        }
+        if roots.iter().any(|r| target.is_under(r)) {
+            out.push(target.clone());
+        } else if roots.iter().any(|r| r.is_under(target)) {
+            out.extend(roots.iter().filter(|r| r.is_under(target)).cloned());
+        } else {
+            return Err(ApiError::PermissionDenied(format!("target_uri {target} is outside the caller's tree")));
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// The filter `find` searches with.
+#[must_use]
+pub fn build_filter(identity: &Identity, params: &FindParams) -> Filter {
+    let targets = if params.targets.is_empty() {
+        match params.context_types.as_slice() {
+            [] => default_targets(identity, None),
+            types => {
+                let mut all: Vec<VikingUri> = types.iter().flat_map(|t| default_targets(identity, Some(*t))).collect();
+                all.sort();
+                all.dedup();
+                all
+            }
+        }
+    } else {
+        params.targets.clone()
+    };
+    Filter {
+        targets,
+        context_types: params.context_types.clone(),
+        levels: params.levels.clone(),
+        tags: params.tags.clone(),
+        time: params.time,
+        expr: params.expr.clone(),
+    }
+}
+
+/// Runs a find for `identity`, with "now" given (Unix seconds), and returns
+/// the reference's result object.
+///
+/// Cost: one query embedding; one manifest HEAD (plus new segments when
+/// the index changed); one scan; with `read_content`, one read per hit,
+/// [`READ_CONTENT_CONCURRENCY`] at a time.
+///
+/// # Errors
+/// 503 when the embedder or store fails or the index was built by another
+/// embedder.
+pub async fn find(app: &App, identity: &Identity, params: &FindParams, now: i64) -> Result<Value, ApiError> {
+    let snapshot = app.index.snapshot(&identity.account).await?;
+    let configured = app.embedder_info();
+    if let Some(built) = snapshot.embedder().filter(|b| **b != configured) {
+        return Err(ApiError::Unavailable(format!(
+            "index of account {} was built with embedder {built} but the configured embedder is {configured}; re-ingest to switch",
+            identity.account
+        )));
+    }
+    let filter = build_filter(identity, params);
+    let hits = if snapshot.is_empty() {
+        Vec::new()
+    } else {
+        let vectors = app.embedder.embed(&[params.query.as_str()]).await?;
+        let vector = vectors.into_iter().next().unwrap_or_default();
+        snapshot.search(&SearchParams {
+            vector: &vector,
+            filter: &filter,
+            limit: params.limit,
+            score_threshold: params.score_threshold,
+            decay: params.decay_window_s.map(|window_s| EventDecay { now, window_s, field: params.time_field }),
+        })
+    };
+    let contents = if params.read_content { read_contents(app, identity, &hits).await } else { Vec::new() };
+    let mut buckets: [Vec<Value>; 3] = Default::default();
+    for (i, hit) in hits.iter().enumerate() {
+        let mut item = hit_json(hit);
+        if let Some(content) = contents.get(i) {
+            item["content"] = Value::String(content.clone());
+        }
+        let slot = match hit.record.context_type {
+            ContextType::Memory => 0,
+            ContextType::Resource => 1,
+            ContextType::Skill => 2,
+        };
+        buckets[slot].push(item);
+    }
+    let [memories, resources, skills] = buckets;
+    Ok(json!({
+        "memories": memories,
+        "resources": resources,
+        "skills": skills,
+        "total": hits.len(),
+    }))
+}
+
+/// One hit as the reference's list-mode item.
+#[must_use]
+pub fn hit_json(hit: &Hit<'_>) -> Value {
+    let r = hit.record;
+    let mut item = json!({
+        "context_type": r.context_type.as_str(),
+        "uri": r.display_uri(),
+        "level": r.level,
+        "score": hit.score,
+        "abstract": r.abstract_text,
+        "tags": r.tags,
+    });
+    if let (Some(origin), Some(time)) = (hit.origin_score, hit.time_score) {
+        item["origin_score"] = json!(origin);
+        item["time_score"] = json!(time);
+    }
+    item
+}
+
+async fn read_contents(app: &App, identity: &Identity, hits: &[Hit<'_>]) -> Vec<String> {
+    let keys: Vec<Option<String>> = hits
+        .iter()
+        .map(|h| {
+            let target = if h.record.level == LEVEL_FILE {
+                Some(h.record.uri.clone())
+            } else {
+                VikingUri::parse(&h.record.display_uri()).ok()
+            };
+            target.map(|u| tree_key(&identity.account, &u))
+        })
+        .collect();
+    stream::iter(keys)
+        .map(|key| async move {
+            let Some(key) = key else { return String::new() };
+            match app.store.get(&key).await {
+                Ok(object) => String::from_utf8_lossy(&object.body).into_owned(),
+                Err(StoreError::NotFound(_)) => String::new(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "read_content failed");
+                    String::new()
+                }
+            }
+        })
+        .buffered(READ_CONTENT_CONCURRENCY)
+        .collect()
+        .await
+}

@@ -1,0 +1,412 @@
+//! Ingest: turns a local directory laid out as the `viking://` tree into
+//! store objects and index records, incrementally (a node whose source hash
+//! is unchanged is skipped). Sessions are never indexed or uploaded.
+//!
+//! Record building ([`file_record`], [`directory_records`]) is pure and is
+//! shared with the S3-event indexer.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use sha2::Digest as _;
+
+use crate::embed::{EmbedError, Embedder};
+use crate::identity::AccountId;
+use crate::index::extract::{
+    cut_to_bytes, file_abstract, first_paragraph, frontmatter_tags, sidecar_text, split_frontmatter,
+};
+use crate::index::record::{LEVEL_ABSTRACT, LEVEL_FILE, LEVEL_OVERVIEW, classify};
+use crate::index::{self, EmbedderInfo, IndexError, IndexSnapshot, Record, Segment, Tombstone};
+use crate::store::{PutMode, SharedStore, StoreError};
+use crate::tokens::estimate_tokens;
+use crate::uri::{VikingUri, tree_key};
+
+/// A directory's abstract sidecar (level 0).
+pub const ABSTRACT_SIDECAR: &str = ".abstract.md";
+/// A directory's overview sidecar (level 1).
+pub const OVERVIEW_SIDECAR: &str = ".overview.md";
+
+/// What ingest failed to do.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    /// Reading the source directory failed.
+    #[error("cannot read {path}: {message}")]
+    Source {
+        /// The path.
+        path: String,
+        /// The I/O error.
+        message: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The index failed (including an embedder mismatch).
+    #[error(transparent)]
+    Index(#[from] IndexError),
+    /// The embedder failed.
+    #[error(transparent)]
+    Embed(#[from] EmbedError),
+}
+
+/// Ingest settings.
+#[derive(Debug, Clone)]
+pub struct IngestOptions {
+    /// Abstract size in bytes (default 400).
+    pub abstract_max_bytes: usize,
+    /// Bytes of text embedded per node (default 2000).
+    pub embed_max_bytes: usize,
+    /// Records per committed segment (default 256): progress survives a crash.
+    pub batch: usize,
+    /// Remove indexed nodes (and their objects) that the source no longer has.
+    pub prune: bool,
+}
+
+impl Default for IngestOptions {
+    fn default() -> Self {
+        Self { abstract_max_bytes: 400, embed_max_bytes: 2000, batch: 256, prune: false }
+    }
+}
+
+/// What happened to one node, reported as ingest goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IngestEvent {
+    /// The walk found this many nodes to consider.
+    Planned(usize),
+    /// A node was uploaded and re-indexed.
+    Indexed(String),
+    /// A node's source is unchanged: skipped.
+    Unchanged(String),
+    /// A file was skipped (not UTF-8, or not indexable).
+    Skipped(String, String),
+    /// A node the source no longer has was removed.
+    Removed(String),
+}
+
+/// Totals of one ingest run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IngestReport {
+    /// Nodes (re-)indexed.
+    pub indexed: usize,
+    /// Nodes skipped because unchanged.
+    pub unchanged: usize,
+    /// Files skipped (binary, sessions, hidden).
+    pub skipped: usize,
+    /// Nodes removed (with `prune`).
+    pub removed: usize,
+}
+
+/// File times, Unix seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Times {
+    /// Creation.
+    pub created_at: i64,
+    /// Last update.
+    pub updated_at: i64,
+}
+
+/// A record plus the text its vector is made from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pending {
+    /// The record.
+    pub record: Record,
+    /// The text to embed.
+    pub embed_text: String,
+}
+
+/// The hex SHA-256 of `bytes` (a node's source hash).
+#[must_use]
+pub fn source_hash(bytes: &[u8]) -> String {
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+fn owner_of(uri: &VikingUri) -> Option<String> {
+    let mut segs = uri.segments();
+    (segs.next() == Some("user")).then(|| segs.next().map(str::to_owned)).flatten()
+}
+
+/// An event's date from its path (`…/events/YYYY/MM/DD/…`), as Unix seconds.
+#[must_use]
+pub fn event_date(uri: &VikingUri) -> Option<i64> {
+    let segs: Vec<&str> = uri.segments().collect();
+    let at = segs.iter().position(|s| *s == "events")?;
+    let (y, m, d) = (segs.get(at + 1)?, segs.get(at + 2)?, segs.get(at + 3)?);
+    let month = time::Month::try_from(m.parse::<u8>().ok()?).ok()?;
+    let date = time::Date::from_calendar_date(y.parse().ok()?, month, d.parse().ok()?).ok()?;
+    Some(date.midnight().assume_utc().unix_timestamp())
+}
+
+/// The level-2 record of a file, or `None` when the URI is never indexed
+/// (sessions). Events take `created_at` from their path date when it has one.
+#[must_use]
+pub fn file_record(uri: &VikingUri, text: &str, times: Times, options: &IngestOptions) -> Option<Pending> {
+    let (context_type, category) = classify(uri)?;
+    let doc = split_frontmatter(text);
+    let abstract_text = file_abstract(text, options.abstract_max_bytes);
+    let tags = doc.frontmatter.map(frontmatter_tags).unwrap_or_default();
+    let embed_text = cut_to_bytes(&format!("{abstract_text}\n{}", doc.body.trim()), options.embed_max_bytes).to_owned();
+    let created_at = event_date(uri).unwrap_or(times.created_at);
+    Some(Pending {
+        record: Record {
+            uri: uri.clone(),
+            level: LEVEL_FILE,
+            context_type,
+            category,
+            abstract_tokens: u32::try_from(estimate_tokens(&abstract_text)).unwrap_or(u32::MAX),
+            abstract_text,
+            size: text.len() as u64,
+            created_at,
+            updated_at: times.updated_at.max(created_at),
+            tags,
+            owner_user_id: owner_of(uri),
+            source_hash: source_hash(text.as_bytes()),
+        },
+        embed_text,
+    })
+}
+
+/// A directory's records from its sidecars: level 0 from `.abstract.md`,
+/// level 1 from `.overview.md` (each only when present). Both carry the
+/// abstract sidecar's text (or the overview's first paragraph) as abstract.
+#[must_use]
+pub fn directory_records(
+    dir: &VikingUri,
+    abstract_md: Option<&str>,
+    overview_md: Option<&str>,
+    times: Times,
+    options: &IngestOptions,
+) -> Vec<Pending> {
+    let Some((context_type, category)) = classify(dir) else { return Vec::new() };
+    if dir.path().is_empty() {
+        return Vec::new();
+    }
+    let overview_body = overview_md.map(|o| split_frontmatter(o).body.trim());
+    let abstract_text = match (abstract_md, overview_body) {
+        (Some(a), _) => sidecar_text(a, options.abstract_max_bytes),
+        (None, Some(o)) => cut_to_bytes(first_paragraph(o).unwrap_or(""), options.abstract_max_bytes).to_owned(),
+        (None, None) => return Vec::new(),
+    };
+    let hash = source_hash(format!("{}\u{0}{}", abstract_md.unwrap_or(""), overview_md.unwrap_or("")).as_bytes());
+    let make = |level, size: usize, embed_text: String| Pending {
+        record: Record {
+            uri: dir.clone(),
+            level,
+            context_type,
+            category,
+            abstract_text: abstract_text.clone(),
+            abstract_tokens: u32::try_from(estimate_tokens(&abstract_text)).unwrap_or(u32::MAX),
+            size: size as u64,
+            created_at: times.created_at,
+            updated_at: times.updated_at,
+            tags: Vec::new(),
+            owner_user_id: owner_of(dir),
+            source_hash: hash.clone(),
+        },
+        embed_text,
+    };
+    let mut out = Vec::new();
+    if let Some(a) = abstract_md {
+        out.push(make(LEVEL_ABSTRACT, a.len(), abstract_text.clone()));
+    }
+    if let (Some(o), Some(body)) = (overview_md, overview_body) {
+        out.push(make(LEVEL_OVERVIEW, o.len(), cut_to_bytes(body, options.embed_max_bytes).to_owned()));
+    }
+    out
+}
+
+/// One node found by the walk.
+enum Node {
+    File { uri: VikingUri, path: PathBuf },
+    Dir { uri: VikingUri, abstract_path: Option<PathBuf>, overview_path: Option<PathBuf> },
+}
+
+fn io_err(path: &Path, e: &std::io::Error) -> IngestError {
+    IngestError::Source { path: path.display().to_string(), message: e.to_string() }
+}
+
+fn walk(root: &Path, skipped: &mut Vec<(String, String)>) -> Result<Vec<Node>, IngestError> {
+    let mut files = Vec::new();
+    let mut dirs: BTreeMap<VikingUri, (Option<PathBuf>, Option<PathBuf>)> = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let entries = std::fs::read_dir(&dir).map_err(|e| io_err(&dir, &e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| io_err(&dir, &e))?;
+            let path = entry.path();
+            let rel = path.strip_prefix(root).unwrap_or(&path);
+            let rel_text: Vec<String> =
+                rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+            let name = rel_text.last().cloned().unwrap_or_default();
+            if entry.file_type().map_err(|e| io_err(&path, &e))?.is_dir() {
+                if !name.starts_with('.') {
+                    stack.push(path);
+                }
+                continue;
+            }
+            let parent_path = rel_text[..rel_text.len().saturating_sub(1)].join("/");
+            let Ok(parent) = VikingUri::from_path(&parent_path) else {
+                skipped.push((path.display().to_string(), "not a valid viking:// path".into()));
+                continue;
+            };
+            if name == ABSTRACT_SIDECAR || name == OVERVIEW_SIDECAR {
+                let slot = dirs.entry(parent).or_default();
+                if name == ABSTRACT_SIDECAR {
+                    slot.0 = Some(path)
+                } else {
+                    slot.1 = Some(path)
+                }
+                continue;
+            }
+            match VikingUri::from_path(&rel_text.join("/")) {
+                Ok(uri) if !name.starts_with('.') && classify(&uri).is_some() => files.push(Node::File { uri, path }),
+                Ok(uri) => skipped.push((uri.to_string(), "hidden or never indexed (sessions)".into())),
+                Err(e) => skipped.push((path.display().to_string(), e.to_string())),
+            }
+        }
+    }
+    files.extend(dirs.into_iter().map(|(uri, (a, o))| Node::Dir { uri, abstract_path: a, overview_path: o }));
+    Ok(files)
+}
+
+fn read_text(path: &Path) -> Result<Option<String>, IngestError> {
+    let bytes = std::fs::read(path).map_err(|e| io_err(path, &e))?;
+    Ok(String::from_utf8(bytes).ok())
+}
+
+fn file_times(path: &Path) -> Times {
+    let modified = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(0));
+    Times { created_at: modified, updated_at: modified }
+}
+
+/// Ingests the tree under `source` into `account`: uploads changed files
+/// (and sidecars) to the store and commits their records in segments of
+/// `options.batch`. `on_event` hears about every node.
+///
+/// Cost: a read and hash of every source file; uploads and embedding only
+/// for changed nodes.
+///
+/// # Errors
+/// Source, store, index (including an embedder mismatch) or embedder errors;
+/// batches committed before the error stay committed.
+pub async fn ingest_dir(
+    source: &Path,
+    store: &SharedStore,
+    account: &AccountId,
+    embedder: &dyn Embedder,
+    options: &IngestOptions,
+    on_event: &mut (dyn FnMut(IngestEvent) + Send),
+) -> Result<IngestReport, IngestError> {
+    let info = EmbedderInfo { id: embedder.id().to_owned(), dimension: embedder.dimension() };
+    let snapshot = IndexSnapshot::load(store, account, None).await?;
+    if let Some(existing) = snapshot.embedder() {
+        if existing != &info {
+            return Err(IndexError::EmbedderMismatch {
+                account: account.to_string(),
+                index: existing.to_string(),
+                configured: info.to_string(),
+            }
+            .into());
+        }
+    }
+    let mut skipped = Vec::new();
+    let nodes = walk(source, &mut skipped)?;
+    let mut report = IngestReport { skipped: skipped.len(), ..IngestReport::default() };
+    for (what, why) in skipped {
+        on_event(IngestEvent::Skipped(what, why));
+    }
+    on_event(IngestEvent::Planned(nodes.len()));
+
+    let mut seen: HashSet<(VikingUri, u8)> = HashSet::new();
+    let mut batch: Vec<Pending> = Vec::new();
+    for node in nodes {
+        let (uri, pendings, uploads) = match node {
+            Node::File { uri, path } => {
+                let Some(text) = read_text(&path)? else {
+                    report.skipped += 1;
+                    on_event(IngestEvent::Skipped(uri.to_string(), "not UTF-8 text".into()));
+                    continue;
+                };
+                let pending = file_record(&uri, &text, file_times(&path), options);
+                (uri.clone(), pending.into_iter().collect::<Vec<_>>(), vec![(uri, text)])
+            }
+            Node::Dir { uri, abstract_path, overview_path } => {
+                let abstract_md = abstract_path.as_deref().map(read_text).transpose()?.flatten();
+                let overview_md = overview_path.as_deref().map(read_text).transpose()?.flatten();
+                let times = file_times(abstract_path.as_deref().or(overview_path.as_deref()).unwrap_or(source));
+                let pendings = directory_records(&uri, abstract_md.as_deref(), overview_md.as_deref(), times, options);
+                let mut uploads = Vec::new();
+                for (name, text) in [(ABSTRACT_SIDECAR, abstract_md), (OVERVIEW_SIDECAR, overview_md)] {
+                    if let (Some(text), Ok(sidecar)) = (text, uri.join(name)) {
+                        uploads.push((sidecar, text));
+                    }
+                }
+                (uri, pendings, uploads)
+            }
+        };
+        seen.extend(pendings.iter().map(|p| (p.record.uri.clone(), p.record.level)));
+        let changed = pendings
+            .iter()
+            .any(|p| snapshot.get(&p.record.uri, p.record.level).is_none_or(|r| r.source_hash != p.record.source_hash));
+        if !changed {
+            report.unchanged += 1;
+            on_event(IngestEvent::Unchanged(uri.to_string()));
+            continue;
+        }
+        for (target, text) in uploads {
+            store.put(&tree_key(account, &target), Bytes::from(text), PutMode::Overwrite).await?;
+        }
+        report.indexed += 1;
+        on_event(IngestEvent::Indexed(uri.to_string()));
+        batch.extend(pendings);
+        if batch.len() >= options.batch.max(1) {
+            commit_batch(store, account, embedder, &info, std::mem::take(&mut batch), Vec::new()).await?;
+        }
+    }
+    let mut tombstones = Vec::new();
+    if options.prune {
+        let gone: Vec<Record> =
+            snapshot.records().map(|(r, _)| r).filter(|r| !seen.contains(&(r.uri.clone(), r.level))).cloned().collect();
+        for record in gone {
+            let key = if record.level == LEVEL_FILE {
+                Some(tree_key(account, &record.uri))
+            } else {
+                let name = if record.level == LEVEL_ABSTRACT { ABSTRACT_SIDECAR } else { OVERVIEW_SIDECAR };
+                record.uri.join(name).ok().map(|u| tree_key(account, &u))
+            };
+            if let Some(key) = key {
+                store.delete(&key).await?;
+            }
+            report.removed += 1;
+            on_event(IngestEvent::Removed(record.display_uri()));
+            tombstones.push(Tombstone { uri: record.uri, level: record.level });
+        }
+    }
+    commit_batch(store, account, embedder, &info, batch, tombstones).await?;
+    Ok(report)
+}
+
+async fn commit_batch(
+    store: &SharedStore,
+    account: &AccountId,
+    embedder: &dyn Embedder,
+    info: &EmbedderInfo,
+    batch: Vec<Pending>,
+    tombstones: Vec<Tombstone>,
+) -> Result<(), IngestError> {
+    if batch.is_empty() && tombstones.is_empty() {
+        return Ok(());
+    }
+    let texts: Vec<&str> = batch.iter().map(|p| p.embed_text.as_str()).collect();
+    let vectors = embedder.embed(&texts).await?;
+    let mut segment = Segment { dim: info.dimension, tombstones, ..Segment::default() };
+    for (pending, vector) in batch.into_iter().zip(vectors) {
+        segment.records.push(pending.record);
+        segment.vectors.extend(vector);
+    }
+    index::commit(store, account, info, &segment).await?;
+    Ok(())
+}
