@@ -235,16 +235,16 @@ impl Config {
             Some(path) if !path.is_empty() => Self::from_file(Path::new(&path))?,
             _ => Self::default(),
         };
-        if let Ok(store) = std::env::var("SKALD_STORE") {
-            if !store.is_empty() {
-                config.store = store;
-            }
+        if let Ok(store) = std::env::var("SKALD_STORE")
+            && !store.is_empty()
+        {
+            config.store = store;
         }
-        if let Ok(endpoint) = std::env::var("SKALD_S3_ENDPOINT") {
-            if !endpoint.is_empty() {
-                config.s3.endpoint_url = Some(endpoint);
-                config.s3.force_path_style = true;
-            }
+        if let Ok(endpoint) = std::env::var("SKALD_S3_ENDPOINT")
+            && !endpoint.is_empty()
+        {
+            config.s3.endpoint_url = Some(endpoint);
+            config.s3.force_path_style = true;
         }
         Ok(config)
     }

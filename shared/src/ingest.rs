@@ -302,15 +302,13 @@ pub async fn ingest_dir(
 ) -> Result<IngestReport, IngestError> {
     let info = EmbedderInfo { id: embedder.id().to_owned(), dimension: embedder.dimension() };
     let snapshot = IndexSnapshot::load(store, account, None).await?;
-    if let Some(existing) = snapshot.embedder() {
-        if existing != &info {
-            return Err(IndexError::EmbedderMismatch {
-                account: account.to_string(),
-                index: existing.to_string(),
-                configured: info.to_string(),
-            }
-            .into());
+    if let Some(existing) = snapshot.embedder().filter(|e| **e != info) {
+        return Err(IndexError::EmbedderMismatch {
+            account: account.to_string(),
+            index: existing.to_string(),
+            configured: info.to_string(),
         }
+        .into());
     }
     let mut skipped = Vec::new();
     let nodes = walk(source, &mut skipped)?;

@@ -59,10 +59,10 @@ pub fn parse_time(text: &str, now: i64, end: DateEnd) -> Result<i64, String> {
         }
     }
     let head = text.split(['.']).next().unwrap_or(text);
-    if head != text {
-        if let Ok(t) = PrimitiveDateTime::parse(head, naive[0]) {
-            return Ok(t.assume_utc().unix_timestamp());
-        }
+    if head != text
+        && let Ok(t) = PrimitiveDateTime::parse(head, naive[0])
+    {
+        return Ok(t.assume_utc().unix_timestamp());
     }
     if let Ok(d) = Date::parse(text, format_description!("[year]-[month]-[day]")) {
         let start = d.midnight().assume_utc().unix_timestamp();

@@ -222,7 +222,8 @@ mod tests {
 
     #[test]
     fn rejects_what_could_escape_or_alias() {
-        let cases: [(&str, fn(&UriError) -> bool); 9] = [
+        type Check = fn(&UriError) -> bool;
+        let cases: [(&str, Check); 9] = [
             ("http://x", |e| matches!(e, UriError::Scheme(_))),
             ("viking://a/../b", |e| matches!(e, UriError::Traversal(_))),
             ("viking://..", |e| matches!(e, UriError::Traversal(_))),

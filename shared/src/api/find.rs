@@ -99,13 +99,17 @@ pub fn parse_common(body: &mut Body, now: i64) -> Common {
         }
         None => false,
     };
+    let target_is_list = body.raw("target_uri").is_some_and(Value::is_array);
     for (i, text) in body.string_or_list("target_uri").unwrap_or_default().into_iter().enumerate() {
         if text.is_empty() {
             continue;
         }
         match VikingUri::parse(text.trim()) {
             Ok(uri) => c.targets.push(uri),
-            Err(e) => body.error(FieldError::new("target_uri", "value_error", format!("Value error, {e}")).at(i)),
+            Err(e) => {
+                let error = FieldError::new("target_uri", "value_error", format!("Value error, {e}"));
+                body.error(if target_is_list { error.at(i) } else { error });
+            }
         }
     }
     for name in body.string_or_list("context_type").unwrap_or_default() {

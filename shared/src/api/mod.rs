@@ -59,6 +59,7 @@ pub fn admit<'a>(app: &App, request: &'a Request<Bytes>) -> Result<Admitted<'a>,
 
 /// `{"status":"ok","result":…}` (plus `telemetry` when given) as a 200.
 #[must_use]
+#[allow(clippy::needless_pass_by_value)] // consumed by value at every call site
 pub fn ok(result: Value, telemetry: Option<Value>) -> Response<String> {
     let mut body = json!({ "status": "ok", "result": result });
     if let Some(t) = telemetry {

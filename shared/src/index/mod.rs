@@ -179,10 +179,10 @@ pub async fn commit(
         Err(e) => return Err(e.into()),
     }
     let manifest = swap_manifest(store, account, embedder, |m| m.segments.push(seg_ref.clone())).await?;
-    if manifest.segments.len() >= COMPACT_AT {
-        if let Err(e) = compact(store, account, embedder).await {
-            tracing::warn!(account = %account, error = %e, "index compaction failed; will retry on a later commit");
-        }
+    if manifest.segments.len() >= COMPACT_AT
+        && let Err(e) = compact(store, account, embedder).await
+    {
+        tracing::warn!(account = %account, error = %e, "index compaction failed; will retry on a later commit");
     }
     Ok(manifest)
 }

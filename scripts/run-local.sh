@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Sets Skald up from a fresh clone and serves every route locally under
+# http://127.0.0.1:9000 (bound to loopback only), on the embedded defaults:
+# the local directory store (.skald/store) and the demo corpus.
+#
+#   scripts/run-local.sh            # set up, ingest the demo, serve (Ctrl-C stops)
+#   SKALD_NO_SERVE=1 scripts/run-local.sh   # set up and ingest only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+# cargo-lambda (with zig) comes from PyPI; install it once.
+if ! command -v cargo-lambda >/dev/null 2>&1; then
+  echo "installing cargo-lambda from PyPI…" >&2
+  python3 -m pip install --quiet "cargo-lambda==1.9.2"
+fi
+
+config="$root/samplconfigs/local.json"
+echo "ingesting the demo corpus into .skald/store…" >&2
+cargo run --quiet -p skald-cli -- --config "$config" ingest samplconfigs/demo
+
+if [ -n "${SKALD_NO_SERVE:-}" ]; then
+  exit 0
+fi
+echo "serving on http://127.0.0.1:9000 (e.g. POST /api/v1/search/find)" >&2
+exec cargo lambda watch -A 127.0.0.1 -P 9000 --env-var "SKALD_CONFIG=$config"
