@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs every check CI runs: formatting, clippy (warnings denied), the whole
+# test suite — with a local S3-protocol server (moto) for the S3 store and
+# index suites, started here and stopped on exit — and the template lint.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# moto's S3 server (the tests also start their own when this is unset).
+if ! python3 -c "import moto.server, flask, werkzeug" >/dev/null 2>&1; then
+  echo "installing moto[server] from PyPI…" >&2
+  python3 -m pip install --quiet "moto[server]>=5.0"
+fi
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+log=$(mktemp)
+python3 -m moto.server -H 127.0.0.1 -p "$port" >"$log" 2>&1 &
+moto_pid=$!
+trap 'kill $moto_pid 2>/dev/null || true; rm -f "$log"' EXIT
+for _ in $(seq 1 100); do
+  if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$port),0.2)" 2>/dev/null; then break; fi
+  sleep 0.2
+done
+export SKALD_TEST_S3_ENDPOINT="http://127.0.0.1:$port"
+export AWS_EC2_METADATA_DISABLED=true
+
+cargo test --workspace --locked
+
+if command -v cfn-lint >/dev/null 2>&1; then
+  cfn-lint infra/template.yaml
+else
+  echo "cfn-lint not installed; skipping the template lint" >&2
+fi
