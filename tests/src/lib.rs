@@ -4,4 +4,5 @@
 //!   [`skald::store::s3::S3Store`] on it, so S3 behaviour is tested without
 //!   AWS.
 
+pub mod fixture;
 pub mod moto;

@@ -106,6 +106,8 @@ impl Body {
         let value = self.raw(name)?;
         let n = match value {
             Value::Number(n) if n.is_i64() => n.as_i64(),
+            // Integers beyond i64 are still integers; they saturate.
+            Value::Number(n) if n.is_u64() => Some(i64::MAX),
             Value::Number(n) => n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9e15).map(|f| f as i64),
             _ => None,
         };

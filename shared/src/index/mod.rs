@@ -454,7 +454,7 @@ impl IndexSnapshot {
         if params.limit == 0 {
             return Vec::new();
         }
-        let mut heap: BinaryHeap<Reverse<Ranked>> = BinaryHeap::with_capacity(params.limit + 1);
+        let mut heap: BinaryHeap<Reverse<Ranked>> = BinaryHeap::with_capacity(params.limit.min(self.live_count) + 1);
         let mut decays: HashMap<(usize, usize), (f64, f64)> = HashMap::new();
         for (s, ((_, seg), live)) in self.segments.iter().zip(&self.live).enumerate() {
             if seg.dim != params.vector.len() {
@@ -464,7 +464,8 @@ impl IndexSnapshot {
                 if !live[i] || !params.filter.matches(record) {
                     continue;
                 }
-                let cosine = f64::from(dot(params.vector, seg.vector(i)));
+                // Rounding can push the dot of two unit vectors past ±1.
+                let cosine = f64::from(dot(params.vector, seg.vector(i))).clamp(-1.0, 1.0);
                 let mut score = sanitize((1.0 + cosine) / 2.0);
                 if let Some(m) = params.decay.as_ref().and_then(|d| d.multiplier(record)) {
                     decays.insert((s, i), (score, m));

@@ -1,0 +1,271 @@
+//! An [`App`] over a small ingested corpus, and requests to it through the
+//! Lambda edge: tests build a real `lambda_http::Request` (method, path,
+//! headers, body and, for authorizer tests, an API Gateway v2 request
+//! context with JWT claims), run it through [`skald_lambda::serve`] and read
+//! the `lambda_http::Response` back as status and JSON.
+//!
+//! Each [`app_with_corpus`] call writes its files into a fresh source
+//! directory, opens a [`LocalStore`] in another, and ingests the tree for
+//! account `default` with a 64-bucket [`HashedEmbedder`]. Both directories
+//! are removed when the returned [`TempDirs`] guard is dropped.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use lambda_http::aws_lambda_events::apigw::{
+    ApiGatewayRequestAuthorizer, ApiGatewayRequestAuthorizerJwtDescription, ApiGatewayV2httpRequestContext,
+};
+use lambda_http::request::RequestContext;
+use lambda_http::{Body, RequestExt as _};
+use serde_json::Value;
+use skald::app::App;
+use skald::config::{Config, IdentityConfig, IdentityMode};
+use skald::embed::Embedder;
+use skald::embed::hashed::HashedEmbedder;
+use skald::identity::AccountId;
+use skald::ingest::{IngestOptions, ingest_dir};
+use skald::store::SharedStore;
+use skald::store::local::LocalStore;
+
+/// The route under test.
+pub const FIND_PATH: &str = "/api/v1/search/find";
+
+/// The account every fixture corpus is ingested into.
+pub const ACCOUNT: &str = "default";
+
+/// The embedder dimension of every fixture app.
+pub const EMBED_DIMENSION: usize = 64;
+
+/// A small corpus as `(viking path without the scheme, file text)`:
+/// English and Chinese memories for users `default` and `bob`, dated
+/// events (`…/events/YYYY/MM/DD/…`), resources tagged through frontmatter,
+/// a resource directory with `.abstract.md` and `.overview.md` sidecars,
+/// and a shared skill under `agent/skills`.
+///
+/// What user `default` can find without a `context_type` (its user tree
+/// and `viking://resources`): 7 memories and 7 resource records (5 files
+/// plus the `guides` directory's level 0 and level 1 records).
+pub const DEFAULT_CORPUS: &[(&str, &str)] = &[
+    // user `default`: memories (EN and ZH)
+    (
+        "user/default/memories/profile.md",
+        "# Summary\nDefault user is a backend engineer who writes Rust and maintains the search service.\n",
+    ),
+    (
+        "user/default/memories/preferences/default/editor.md",
+        "# Summary\nPrefers Neovim with a dark theme when editing Rust code.\n\n# Details\nUses rust-analyzer and format on save.\n",
+    ),
+    ("user/default/memories/preferences/default/food.md", "# Summary\n喜欢吃川菜，尤其是麻婆豆腐和水煮鱼。\n"),
+    (
+        "user/default/memories/entities/project/skald.md",
+        "Skald is a serverless context-assembly service written in Rust that speaks the OpenViking protocol.\n",
+    ),
+    (
+        "user/default/memories/events/2024/01/15/kickoff.md",
+        "# Summary\nProject kickoff meeting for the search service with the infra team.\n\n# Mon 2024-01-15 ChatLog:\nWe agreed on the milestones.\n",
+    ),
+    (
+        "user/default/memories/events/2025/03/10/launch.md",
+        "# Summary\nLaunched the search service to production in March.\n\n# Mon 2025-03-10 ChatLog:\nThe launch went smoothly.\n",
+    ),
+    (
+        "user/default/memories/events/2025/06/01/release.md",
+        "# Summary\n在上海举行了产品发布会，发布了新的检索功能。\n\n# 2025-06-01 聊天记录:\n发布会很成功。\n",
+    ),
+    // user `bob`: memories (EN and ZH)
+    (
+        "user/bob/memories/preferences/bob/editor.md",
+        "# Summary\nBob prefers Emacs with a light theme when editing Rust code.\n",
+    ),
+    ("user/bob/memories/entities/person/alice.md", "Alice is Bob's manager on the search service team.\n"),
+    ("user/bob/memories/events/2025/02/02/offsite.md", "# Summary\n鲍勃参加了搜索团队的外出活动，讨论了检索服务。\n"),
+    // shared resources, tagged through frontmatter
+    (
+        "resources/search/ranking.md",
+        "---\ntags: [team=search, env=prod]\n---\n# Ranking\n\nHow the search service ranks results by cosine score.\n",
+    ),
+    (
+        "resources/search/indexing.md",
+        "---\ntags: [team=search, env=dev]\n---\n# Indexing\n\nHow documents are indexed into segments for the search service.\n",
+    ),
+    (
+        "resources/infra/deploy.md",
+        "---\ntags:\n  - team=infra\n  - env=prod\n---\n# Deploy\n\nDeploying the Lambda functions with the infra pipeline.\n",
+    ),
+    ("resources/zh/intro.md", "# 简介\n\n这是检索服务的中文介绍文档，说明如何使用语义搜索。\n"),
+    // a directory with both sidecars, and a file in it
+    ("resources/guides/.abstract.md", "Guides for getting started with the search service."),
+    (
+        "resources/guides/.overview.md",
+        "# Guides overview\n\nStep-by-step guides: getting started, configuration and deployment of the search service.\n",
+    ),
+    (
+        "resources/guides/getting-started.md",
+        "# Getting started\n\nInstall the CLI, ingest a directory and run your first search query.\n",
+    ),
+    // a shared skill
+    (
+        "agent/skills/web-search/SKILL.md",
+        "---\nname: web-search\n---\n# Web search\n\nSearch the web and summarise the top results for the user.\n",
+    ),
+];
+
+/// A directory under the system temporary directory, removed on drop.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// A new, empty, uniquely named directory whose name contains `label`.
+    ///
+    /// # Panics
+    /// When the directory cannot be created.
+    #[must_use]
+    pub fn new(label: &str) -> Self {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let path = std::env::temp_dir().join(format!("skald-fixture-{label}-{}-{n}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&path).expect("create a temporary directory");
+        Self(path)
+    }
+
+    /// The directory.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The temporary directories behind a fixture app: the ingested source tree
+/// and the store. Keep it alive as long as the app is used.
+#[derive(Debug)]
+pub struct TempDirs {
+    /// The source tree that was ingested.
+    pub source: TempDir,
+    /// The local store's root.
+    pub store: TempDir,
+}
+
+/// Writes `files` (viking paths without the scheme, e.g.
+/// `resources/a.md`) under `root`, creating parent directories.
+///
+/// # Panics
+/// When a file cannot be written.
+pub fn write_tree(root: &Path, files: &[(&str, &str)]) {
+    for (path, text) in files {
+        let target = root.join(path);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).expect("create a source directory");
+        }
+        std::fs::write(&target, text).expect("write a source file");
+    }
+}
+
+/// An app over `files`, ingested for account [`ACCOUNT`] into a fresh
+/// [`LocalStore`], with a [`HashedEmbedder`] of [`EMBED_DIMENSION`].
+/// Identity mode is `dev` (the `X-OpenViking-*` headers are trusted,
+/// defaulting to user `default`) when `dev_mode`, else `authorizer` (only
+/// API Gateway authorizer claims).
+///
+/// # Panics
+/// When the store cannot be opened or ingest fails.
+pub async fn app_with_corpus(files: &[(&str, &str)], dev_mode: bool) -> (Arc<App>, TempDirs) {
+    let dirs = TempDirs { source: TempDir::new("source"), store: TempDir::new("store") };
+    write_tree(dirs.source.path(), files);
+    let store: SharedStore = Arc::new(LocalStore::open(dirs.store.path()).expect("open the local store"));
+    let embedder: Arc<dyn Embedder> = Arc::new(HashedEmbedder::new(EMBED_DIMENSION));
+    let mode = if dev_mode { IdentityMode::Dev } else { IdentityMode::Authorizer };
+    let config = Config {
+        store: dirs.store.path().display().to_string(),
+        identity: IdentityConfig { mode, ..IdentityConfig::default() },
+        ..Config::default()
+    };
+    let account = AccountId::new(ACCOUNT).expect("valid account id");
+    ingest_dir(dirs.source.path(), &store, &account, &*embedder, &IngestOptions::default(), &mut |_| {})
+        .await
+        .expect("ingest the fixture corpus");
+    (Arc::new(App::with_parts(config, store, embedder)), dirs)
+}
+
+/// A Lambda request to [`FIND_PATH`] with `method`, `headers` and `body`.
+///
+/// # Panics
+/// When a header name or value is invalid.
+#[must_use]
+pub fn request(method: &str, headers: &[(&str, &str)], body: Body) -> lambda_http::Request {
+    let mut builder = lambda_http::http::Request::builder()
+        .method(method)
+        .uri(format!("https://api.example.com{FIND_PATH}"))
+        .header("content-type", "application/json");
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    builder.body(body).expect("a valid request")
+}
+
+/// A `POST` of `body` as JSON text to [`FIND_PATH`], with `headers`.
+#[must_use]
+pub fn post_json(body: &Value, headers: &[(&str, &str)]) -> lambda_http::Request {
+    request("POST", headers, Body::Text(body.to_string()))
+}
+
+/// `request` as API Gateway (HTTP API, payload 2.0) delivers it after a JWT
+/// authorizer accepted a token with these claims.
+#[must_use]
+pub fn with_jwt_claims(request: lambda_http::Request, claims: &[(&str, &str)]) -> lambda_http::Request {
+    let mut jwt = ApiGatewayRequestAuthorizerJwtDescription::default();
+    jwt.claims = claims.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    let mut authorizer = ApiGatewayRequestAuthorizer::default();
+    authorizer.jwt = Some(jwt);
+    let mut context = ApiGatewayV2httpRequestContext::default();
+    context.route_key = Some(format!("POST {FIND_PATH}"));
+    context.authorizer = Some(authorizer);
+    request.with_request_context(RequestContext::ApiGatewayV2(context))
+}
+
+/// A response as status, the raw body text, and the body parsed as JSON.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// The HTTP status.
+    pub status: u16,
+    /// The `content-type` header, if any.
+    pub content_type: Option<String>,
+    /// The body as sent.
+    pub text: String,
+    /// The body parsed as JSON.
+    pub json: Value,
+}
+
+/// Runs `event` through the Lambda edge ([`skald_lambda::serve`]) into the
+/// `find` handler, as the `find` function binary does.
+///
+/// # Panics
+/// When the response body is not JSON text.
+pub async fn call_find(app: &Arc<App>, event: lambda_http::Request) -> Answer {
+    let handler = |app: Arc<App>, request| async move { skald::api::find::handle(&app, request).await };
+    let response = skald_lambda::serve(app, &handler, event).await;
+    let status = response.status().as_u16();
+    let content_type =
+        response.headers().get("content-type").and_then(|v| v.to_str().ok()).map(std::borrow::ToOwned::to_owned);
+    let text = match response.into_body() {
+        Body::Text(text) => text,
+        Body::Binary(bytes) => String::from_utf8(bytes).expect("a UTF-8 body"),
+        _ => String::new(),
+    };
+    let json = serde_json::from_str(&text).unwrap_or_else(|e| panic!("response body is not JSON ({e}): {text}"));
+    Answer { status, content_type, text, json }
+}
+
+/// POSTs `body` to `find` as the default dev-mode caller (no headers) and
+/// returns the status and the JSON body.
+pub async fn find(app: &Arc<App>, body: &Value) -> (u16, Value) {
+    let answer = call_find(app, post_json(body, &[])).await;
+    (answer.status, answer.json)
+}
