@@ -46,7 +46,7 @@ impl App {
     /// [`InitError`] naming what could not be built.
     pub async fn new(config: Config) -> Result<Self, InitError> {
         let store = open_store(&config).await?;
-        let embedder = build_embedder(&config.embedding)?;
+        let embedder = build_embedder(&config.embedding_resolved())?;
         Ok(Self::with_parts(config, store, embedder))
     }
 
@@ -87,7 +87,10 @@ pub async fn open_store(config: &Config) -> Result<SharedStore, InitError> {
     }
 }
 
-/// Builds the configured embedder. Network clients connect on first use.
+/// Builds the configured embedder. Network clients connect on first use;
+/// the embedded USE-m3 model is opened (memory-mapped) on the first embed,
+/// from `model_dir` as given (relative to the working directory: pass
+/// [`Config::embedding_resolved`] to resolve it against the config file).
 ///
 /// # Errors
 /// [`InitError::Embedder`] when the provider is not built into this binary.
@@ -108,5 +111,11 @@ pub fn build_embedder(config: &EmbeddingConfig) -> Result<Arc<dyn Embedder>, Ini
         }
         #[cfg(not(feature = "openai"))]
         EmbeddingConfig::Openai { .. } => Err(InitError::Embedder("this build has no OpenAI client".into())),
+        #[cfg(feature = "use-m3")]
+        EmbeddingConfig::UseM3 { model_dir } => {
+            Ok(Arc::new(crate::embed::use_m3::LazyUseM3Embedder::new(model_dir.as_str())))
+        }
+        #[cfg(not(feature = "use-m3"))]
+        EmbeddingConfig::UseM3 { .. } => Err(InitError::Embedder("this build has no USE-m3 embedder".into())),
     }
 }

@@ -149,6 +149,17 @@ pub enum EmbeddingConfig {
         #[serde(default = "default_embed_timeout_ms")]
         timeout_ms: u64,
     },
+    /// The embedded Universal Sentence Encoder multilingual v3 (`use-m3`,
+    /// id `use-m3-v3/512`, 512 dimensions), run in process from the model
+    /// file `scripts/setup-model.sh` converts. Opened on first use.
+    #[serde(rename = "use-m3")]
+    UseM3 {
+        /// The directory holding `model.bin`; a relative path resolves
+        /// against [`Config::base_dir`] (see [`Config::embedding_resolved`]).
+        /// Default `.skald/models/use-m3`.
+        #[serde(default = "default_use_m3_dir")]
+        model_dir: String,
+    },
 }
 
 fn default_hashed_dimension() -> usize {
@@ -159,6 +170,23 @@ fn default_api_key_env() -> String {
 }
 fn default_embed_timeout_ms() -> u64 {
     30_000
+}
+fn default_use_m3_dir() -> String {
+    ".skald/models/use-m3".to_owned()
+}
+
+impl EmbeddingConfig {
+    /// These settings with a relative `model_dir` (of `use-m3`) joined onto
+    /// `base_dir`; other providers are returned unchanged.
+    #[must_use]
+    pub fn resolved(&self, base_dir: &Path) -> Self {
+        match self {
+            Self::UseM3 { model_dir } if Path::new(model_dir).is_relative() => {
+                Self::UseM3 { model_dir: base_dir.join(model_dir).display().to_string() }
+            }
+            other => other.clone(),
+        }
+    }
 }
 
 impl Default for EmbeddingConfig {
@@ -249,6 +277,13 @@ impl Config {
         Ok(config)
     }
 
+    /// The embedding settings with relative paths resolved against
+    /// [`Config::base_dir`] (what [`crate::app::App::new`] builds from).
+    #[must_use]
+    pub fn embedding_resolved(&self) -> EmbeddingConfig {
+        self.embedding.resolved(&self.base_dir)
+    }
+
     /// The store location, with a relative directory resolved against
     /// [`Config::base_dir`].
     ///
@@ -286,5 +321,23 @@ mod tests {
         let err = Config::from_json(r#"{"embedding": {"provider": "nope"}}"#, "t.json", Path::new("."))
             .expect_err("unknown provider");
         assert!(err.to_string().contains("nope"), "{err}");
+    }
+
+    #[test]
+    fn use_m3_model_dir_defaults_and_resolves_against_the_config_directory() {
+        let c = Config::from_json(r#"{"embedding": {"provider": "use-m3"}}"#, "t.json", Path::new("/etc/skald"))
+            .expect("valid");
+        assert_eq!(c.embedding, EmbeddingConfig::UseM3 { model_dir: ".skald/models/use-m3".into() });
+        assert_eq!(
+            c.embedding_resolved(),
+            EmbeddingConfig::UseM3 { model_dir: "/etc/skald/.skald/models/use-m3".into() }
+        );
+        let c = Config::from_json(
+            r#"{"embedding": {"provider": "use-m3", "model_dir": "/opt/use-m3"}}"#,
+            "t.json",
+            Path::new("/etc/skald"),
+        )
+        .expect("valid");
+        assert_eq!(c.embedding_resolved(), EmbeddingConfig::UseM3 { model_dir: "/opt/use-m3".into() });
     }
 }

@@ -248,6 +248,10 @@ fn walk(root: &Path, skipped: &mut Vec<(String, String)>) -> Result<Vec<Node>, I
                 skipped.push((path.display().to_string(), "not a valid viking:// path".into()));
                 continue;
             };
+            if (name == ABSTRACT_SIDECAR || name == OVERVIEW_SIDECAR) && classify(&parent).is_none() {
+                skipped.push((format!("{parent}/{name}"), "never indexed (sessions)".into()));
+                continue;
+            }
             if name == ABSTRACT_SIDECAR || name == OVERVIEW_SIDECAR {
                 let slot = dirs.entry(parent).or_default();
                 if name == ABSTRACT_SIDECAR {

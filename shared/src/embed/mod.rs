@@ -8,6 +8,8 @@ use async_trait::async_trait;
 pub mod hashed;
 #[cfg(feature = "openai")]
 pub mod openai;
+#[cfg(feature = "use-m3")]
+pub mod use_m3;
 
 /// What an embedder failed to do.
 #[derive(Debug, thiserror::Error)]

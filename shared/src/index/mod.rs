@@ -10,6 +10,7 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -107,8 +108,20 @@ pub fn manifest_key(account: &AccountId) -> String {
     format!("accounts/{account}/index/manifest.json")
 }
 
+/// A process-unique number: the clock's nanoseconds, the process id and a
+/// counter. Used for segment names and backoff jitter.
+fn unique() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let n = COUNTER.fetch_add(1, AtomicOrdering::Relaxed);
+    nanos ^ (u64::from(std::process::id()) << 40) ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// A segment's key: its content hash plus a unique suffix, so no two writes
+/// ever share a key and deleting a replaced segment can never delete
+/// another writer's (identical) segment.
 fn segment_key(account: &AccountId, body: &[u8]) -> String {
-    format!("accounts/{account}/index/segments/{}.seg", content_etag(body))
+    format!("accounts/{account}/index/segments/{}-{:016x}.seg", content_etag(body), unique())
 }
 
 async fn read_manifest(store: &SharedStore, account: &AccountId) -> Result<Option<(Manifest, String)>, IndexError> {
@@ -135,11 +148,10 @@ fn check_embedder(account: &AccountId, manifest: &Manifest, embedder: &EmbedderI
     }
 }
 
-/// Backoff before CAS retry `attempt` (1-based): grows to ~50 ms, with a
-/// per-process jitter so racing writers spread out.
+/// Backoff before CAS retry `attempt` (1-based): grows to ~50 ms, plus a
+/// random 0-9 ms so racing writers spread out.
 fn backoff(attempt: u32) -> Duration {
-    let jitter = u64::from(std::process::id() % 7) + u64::from(attempt % 5);
-    Duration::from_millis(u64::from(attempt.min(10)) * 5 + jitter)
+    Duration::from_millis(u64::from(attempt.min(10)) * 5 + unique() % 10)
 }
 
 /// Writes `segment` and appends it to `account`'s manifest by
@@ -163,8 +175,12 @@ pub async fn commit(
             segment.dim
         )));
     }
+    let current = read_manifest(store, account).await?;
+    if let Some((manifest, _)) = &current {
+        check_embedder(account, manifest, embedder)?;
+    }
     if segment.records.is_empty() && segment.tombstones.is_empty() {
-        return Ok(read_manifest(store, account).await?.map_or_else(|| empty_manifest(embedder), |(m, _)| m));
+        return Ok(current.map_or_else(|| empty_manifest(embedder), |(m, _)| m));
     }
     let body = segment.encode()?;
     let key = segment_key(account, &body);
@@ -174,11 +190,12 @@ pub async fn commit(
         tombstones: segment.tombstones.len(),
         bytes: body.len() as u64,
     };
-    match store.put(&key, body, PutMode::CreateNew).await {
-        Ok(_) | Err(StoreError::Conflict(_)) => {} // same hash: same content already there
-        Err(e) => return Err(e.into()),
-    }
-    let manifest = swap_manifest(store, account, embedder, |m| m.segments.push(seg_ref.clone())).await?;
+    put_segment(store, &key, body).await?;
+    let manifest = swap_manifest(store, account, embedder, |m| {
+        m.segments.push(seg_ref.clone());
+        true
+    })
+    .await?;
     if manifest.segments.len() >= COMPACT_AT
         && let Err(e) = compact(store, account, embedder).await
     {
@@ -191,13 +208,23 @@ fn empty_manifest(embedder: &EmbedderInfo) -> Manifest {
     Manifest { version: 1, embedder: embedder.clone(), segments: Vec::new(), generation: 0 }
 }
 
+/// Writes a new segment object. Keys are unique to this write, so a
+/// conflict can only be our own earlier attempt (a retried request).
+async fn put_segment(store: &SharedStore, key: &str, body: Bytes) -> Result<(), IndexError> {
+    match store.put(key, body, PutMode::CreateNew).await {
+        Ok(_) | Err(StoreError::Conflict(_)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Applies `change` to the current manifest and writes it back by
-/// compare-and-swap, retrying on conflict.
+/// compare-and-swap, retrying on conflict. When `change` returns false the
+/// manifest is left as it is (no write).
 async fn swap_manifest(
     store: &SharedStore,
     account: &AccountId,
     embedder: &EmbedderInfo,
-    mut change: impl FnMut(&mut Manifest),
+    mut change: impl FnMut(&mut Manifest) -> bool,
 ) -> Result<Manifest, IndexError> {
     for attempt in 1..=CAS_ATTEMPTS {
         let current = read_manifest(store, account).await?;
@@ -208,7 +235,9 @@ async fn swap_manifest(
             }
             None => (empty_manifest(embedder), PutMode::CreateNew),
         };
-        change(&mut manifest);
+        if !change(&mut manifest) {
+            return Ok(manifest);
+        }
         manifest.generation += 1;
         let body = serde_json::to_vec_pretty(&manifest).map_err(|e| IndexError::Corrupt(e.to_string()))?;
         match store.put(&manifest_key(account), Bytes::from(body), mode).await {
@@ -238,10 +267,7 @@ pub async fn compact(store: &SharedStore, account: &AccountId, embedder: &Embedd
     let key = segment_key(account, &body);
     let merged_ref =
         SegmentRef { key: key.clone(), records: merged.records.len(), tombstones: 0, bytes: body.len() as u64 };
-    match store.put(&key, body, PutMode::CreateNew).await {
-        Ok(_) | Err(StoreError::Conflict(_)) => {}
-        Err(e) => return Err(e.into()),
-    }
+    put_segment(store, &key, body).await?;
     let replaced: Vec<SegmentRef> = manifest.segments.clone();
     let mut lost = false;
     swap_manifest(store, account, embedder, |m| {
@@ -249,15 +275,16 @@ pub async fn compact(store: &SharedStore, account: &AccountId, embedder: &Embedd
         if !lost {
             m.segments.splice(..replaced.len(), [merged_ref.clone()]);
         }
+        !lost
     })
     .await?;
-    if lost {
-        // Another writer compacted first; our merged segment is unreferenced.
-        let _ = store.delete(&key).await;
-        return Ok(());
-    }
-    for old in replaced.iter().filter(|r| r.key != key) {
-        let _ = store.delete(&old.key).await;
+    // Our merged segment's key is ours alone: if another compaction won, no
+    // manifest references it. Otherwise the replaced keys are referenced by
+    // no manifest any more (keys are never reused).
+    let garbage: Vec<&str> =
+        if lost { vec![key.as_str()] } else { replaced.iter().map(|r| r.key.as_str()).collect() };
+    for old in garbage {
+        let _ = store.delete(old).await;
     }
     Ok(())
 }

