@@ -192,9 +192,9 @@ fn expected_records() -> BTreeSet<(String, Level)> {
 const UPLOADED: [&str; 10] =
     [EVENT, ENTITY, PREFERENCE, PROFILE, RESOURCE, AWS_ABSTRACT, AWS_OVERVIEW, GCP_OVERVIEW, CHINESE, SKILL];
 
-/// Nodes the walk plans: 8 files (with the binary) and 3 directories with
-/// sidecars (with the session's).
-const PLANNED: usize = 11;
+/// Nodes the walk plans: 8 files (with the binary) and 2 directories with
+/// sidecars (the session's sidecar is skipped by the walk).
+const PLANNED: usize = 10;
 /// Nodes indexed by a first run: 7 files and 2 directories.
 const INDEXABLE: usize = 9;
 
@@ -278,7 +278,7 @@ async fn ingest_builds_records_and_uploads_objects(store: &SharedStore, source: 
 
     assert!(events.contains(&IngestEvent::Planned(PLANNED)), "{events:?}");
     assert_eq!(report.indexed, INDEXABLE, "{report:?} {events:?}");
-    assert_eq!(report.skipped, 3, "the hidden file, the session file and the binary: {report:?} {events:?}");
+    assert_eq!(report.skipped, 4, "the hidden file, the session file and sidecar, the binary: {report:?} {events:?}");
     assert_eq!(report.removed, 0);
     let skipped: BTreeSet<String> = events
         .iter()
@@ -287,7 +287,8 @@ async fn ingest_builds_records_and_uploads_objects(store: &SharedStore, source: 
             _ => None,
         })
         .collect();
-    let want_skipped: BTreeSet<String> = [HIDDEN, SESSION, BINARY].iter().map(|p| format!("viking://{p}")).collect();
+    let want_skipped: BTreeSet<String> =
+        [HIDDEN, SESSION, SESSION_ABSTRACT, BINARY].iter().map(|p| format!("viking://{p}")).collect();
     assert_eq!(skipped, want_skipped);
     let want_indexed: BTreeSet<String> =
         [EVENT, ENTITY, PREFERENCE, PROFILE, RESOURCE, CHINESE, SKILL, "resources/aws", "resources/gcp"]
