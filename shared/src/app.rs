@@ -119,3 +119,17 @@ pub fn build_embedder(config: &EmbeddingConfig) -> Result<Arc<dyn Embedder>, Ini
         EmbeddingConfig::UseM3 { .. } => Err(InitError::Embedder("this build has no USE-m3 embedder".into())),
     }
 }
+
+#[cfg(all(test, feature = "use-m3"))]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn use_m3_is_built_without_touching_the_model_and_opened_on_first_embed() {
+        let config = EmbeddingConfig::UseM3 { model_dir: "/nonexistent/skald-use-m3".into() };
+        let embedder = build_embedder(&config).expect("building never opens the model");
+        assert_eq!((embedder.id(), embedder.dimension()), ("use-m3-v3/512", 512));
+        let err = embedder.embed(&["hello"]).await.expect_err("the model is missing");
+        assert!(err.to_string().contains("scripts/setup-model.sh"), "{err}");
+    }
+}

@@ -201,9 +201,7 @@ impl Builder {
         loop {
             let window = self.units.len().saturating_sub(SEARCH_WINDOW);
             let found = self.free.range(window..).map(|&probe| probe ^ first).find(|&base| {
-                base != 0
-                    && !self.base_used[base]
-                    && labels.iter().all(|&l| !self.used[base ^ usize::from(l)])
+                base != 0 && !self.base_used[base] && labels.iter().all(|&l| !self.used[base ^ usize::from(l)])
             });
             if let Some(base) = found {
                 return Ok(base);
@@ -257,7 +255,7 @@ mod tests {
     #[test]
     fn many_keys_round_trip() {
         let words: Vec<String> = (0..3000u32).map(|i| format!("k{}x{}", i % 97, i * 31 % 1013)).collect();
-        let mut uniq = words.clone();
+        let mut uniq = words;
         uniq.sort();
         uniq.dedup();
         let keys: Vec<(&[u8], u32)> = uniq.iter().enumerate().map(|(i, w)| (w.as_bytes(), i as u32)).collect();

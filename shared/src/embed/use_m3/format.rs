@@ -12,9 +12,10 @@
 //! | 16–23 | total file length (a truncated copy is refused) |
 //! | 24–31 | tensor table length in bytes |
 //! | 32… | tensor table: per tensor `u16` name length, the UTF-8 name, `u8` dtype ([`Dtype`]), `u8` rank, `u64` per dimension, `u64` data offset, `u64` data length |
-//! | … | tensor data, each starting on a 64-byte boundary, zero padding between |
+//! | … | tensor data, smallest first, each starting on a 64-byte boundary, zero padding between |
 //!
-//! Opening reads only the header and table; tensor data is used in place.
+//! Opening reads only the header, the table and the small tensors that follow
+//! them (a few pages); the rest of the data is used in place.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -152,9 +153,9 @@ impl TensorTable {
             return Err(FormatError::Corrupt(format!("file is {} bytes, header says {file_len}", file.len())));
         }
         let table_len = r.u64_usize()?;
-        let table = file.get(32..32usize.saturating_add(table_len)).ok_or_else(|| {
-            FormatError::Corrupt("tensor table runs past the end of the file".into())
-        })?;
+        let table = file
+            .get(32..32usize.saturating_add(table_len))
+            .ok_or_else(|| FormatError::Corrupt("tensor table runs past the end of the file".into()))?;
         let mut r = Reader { bytes: table, pos: 0 };
         let mut entries = HashMap::with_capacity(count);
         for _ in 0..count {
@@ -296,22 +297,28 @@ impl ModelWriter {
         for (name, _, shape, _) in &self.tensors {
             table_len += 2 + name.len() + 2 + 8 * shape.len() + 16;
         }
-        let mut offset = align(32 + table_len);
+        // Data is laid out smallest first: what opening reads (scalars and
+        // vectors) shares the first few pages after the table.
+        let mut order: Vec<usize> = (0..self.tensors.len()).collect();
+        order.sort_by_key(|&i| self.tensors[i].3.len());
+        let mut offsets = vec![0usize; self.tensors.len()];
+        let mut end = 32 + table_len;
+        for &i in &order {
+            offsets[i] = align(end);
+            end = offsets[i] + self.tensors[i].3.len();
+        }
+        let file_len = end;
         let mut table = Vec::with_capacity(table_len);
-        let mut offsets = Vec::with_capacity(self.tensors.len());
-        for (name, dtype, shape, data) in &self.tensors {
+        for ((name, dtype, shape, data), offset) in self.tensors.iter().zip(&offsets) {
             table.extend_from_slice(&(name.len() as u16).to_le_bytes());
             table.extend_from_slice(name.as_bytes());
             table.extend_from_slice(&[*dtype as u8, shape.len() as u8]);
             for d in shape {
                 table.extend_from_slice(&(*d as u64).to_le_bytes());
             }
-            table.extend_from_slice(&(offset as u64).to_le_bytes());
+            table.extend_from_slice(&(*offset as u64).to_le_bytes());
             table.extend_from_slice(&(data.len() as u64).to_le_bytes());
-            offsets.push(offset);
-            offset = align(offset + data.len());
         }
-        let file_len = offsets.last().zip(self.tensors.last()).map_or(align(32 + table_len), |(o, t)| o + t.3.len());
         let mut header = Vec::with_capacity(32);
         header.extend_from_slice(MAGIC);
         header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -321,12 +328,11 @@ impl ModelWriter {
         out.write_all(&header)?;
         out.write_all(&table)?;
         let mut written = 32 + table_len;
-        for ((_, _, _, data), at) in self.tensors.iter().zip(offsets) {
-            out.write_all(&vec![0u8; at - written])?;
-            out.write_all(data)?;
-            written = at + data.len();
+        for &i in &order {
+            out.write_all(&vec![0u8; offsets[i] - written])?;
+            out.write_all(&self.tensors[i].3)?;
+            written = offsets[i] + self.tensors[i].3.len();
         }
-        out.write_all(&vec![0u8; file_len - written])?;
         Ok(file_len as u64)
     }
 }

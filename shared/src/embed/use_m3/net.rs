@@ -157,6 +157,11 @@ impl Network {
         })
     }
 
+    /// Where the embedding table lies in the file.
+    pub(crate) fn table_range(&self) -> Range<usize> {
+        self.emb_q.clone()
+    }
+
     fn mat<'a>(file: &'a [u8], r: &Range<usize>, cols: usize) -> Mat<'a> {
         Mat { data: file[r.clone()].as_chunks::<4>().0, cols }
     }

@@ -80,8 +80,7 @@ impl SentencePieceModel {
                         }
                     }
                     if let Some(t) = text {
-                        let piece =
-                            std::str::from_utf8(t).map_err(|_| TokenizerError::PieceNotUtf8(pieces.len()))?;
+                        let piece = std::str::from_utf8(t).map_err(|_| TokenizerError::PieceNotUtf8(pieces.len()))?;
                         pieces.push(piece.to_owned());
                         scores.push(score.unwrap_or(0.0));
                     }
@@ -266,7 +265,7 @@ fn split_charsmap(charsmap: &[u8]) -> Result<(Vec<u8>, Vec<u8>), TokenizerError>
     }
     let (len, rest) = charsmap.split_first_chunk::<4>().ok_or(TokenizerError::Malformed("charsmap header"))?;
     let len = u32::from_le_bytes(*len) as usize;
-    if len > rest.len() || len % 4 != 0 {
+    if len > rest.len() || !len.is_multiple_of(4) {
         return Err(TokenizerError::Malformed("charsmap trie length"));
     }
     Ok((rest[..len].to_vec(), rest[len..].to_vec()))
