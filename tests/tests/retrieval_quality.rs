@@ -146,3 +146,37 @@ async fn hashed_double_is_a_spelling_baseline() {
         assert!(s.recall_at_5 < 0.3, "a spelling matcher cannot find across languages: {s:?}");
     }
 }
+
+/// Where `scripts/setup-model.sh` put the USE-m3 model.
+fn use_m3_dir() -> PathBuf {
+    std::env::var_os("SKALD_USE_M3_DIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| repo().join(".skald/models/use-m3"), PathBuf::from)
+}
+
+/// The lowest acceptable overall scores of the embedded default: the
+/// figures first measured on this query set (recall@5 0.884, MRR@10 0.803,
+/// 2026-11-30) minus a margin of 0.03.
+const USE_M3_FLOOR: Scores = Scores { recall_at_5: 0.854, mrr_at_10: 0.773, queries: 43 };
+
+/// The embedded default, USE-multilingual v3: it must find by meaning and
+/// across languages, and must not fall below its first measured quality.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn use_m3_default_keeps_its_quality() {
+    let dir = use_m3_dir();
+    let model = skald::embed::use_m3::UseM3Embedder::open(&dir).unwrap_or_else(|e| {
+        panic!("the USE-m3 model is not available in {} ({e}); run scripts/setup-model.sh first", dir.display())
+    });
+    let groups = evaluate(Arc::new(model)).await;
+    let overall = report("use-m3-v3/512", &groups);
+    let hashed = report("hashed-ngram-v1/256", &evaluate(Arc::new(HashedEmbedder::new(256))).await);
+    assert!(overall.recall_at_5 >= USE_M3_FLOOR.recall_at_5, "recall@5 fell: {overall:?} < {USE_M3_FLOOR:?}");
+    assert!(overall.mrr_at_10 >= USE_M3_FLOOR.mrr_at_10, "MRR@10 fell: {overall:?} < {USE_M3_FLOOR:?}");
+    assert!(
+        overall.recall_at_5 > hashed.recall_at_5 + 0.2,
+        "USE-m3 {overall:?} must beat the hashed double {hashed:?}"
+    );
+    for (group, s) in groups.iter().filter(|(g, _)| g.starts_with("cross")) {
+        assert!(s.recall_at_5 >= 0.5, "cross-lingual group {group} must work: {s:?}");
+    }
+}
