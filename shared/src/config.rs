@@ -189,9 +189,10 @@ impl EmbeddingConfig {
     }
 }
 
+/// The embedded default: USE-m3 from `.skald/models/use-m3`.
 impl Default for EmbeddingConfig {
     fn default() -> Self {
-        Self::Hashed { dimension: default_hashed_dimension() }
+        Self::UseM3 { model_dir: default_use_m3_dir() }
     }
 }
 
@@ -310,7 +311,7 @@ mod tests {
         assert_eq!(c.identity.mode, IdentityMode::Dev);
         assert_eq!(c.identity.default_user, "default");
         assert_eq!(c.limits.max_body_bytes, 262_144);
-        assert_eq!(c.embedding, EmbeddingConfig::Hashed { dimension: 256 });
+        assert_eq!(c.embedding, EmbeddingConfig::UseM3 { model_dir: ".skald/models/use-m3".into() });
         assert_eq!(c.store_location().ok(), Some(StoreLocation::Local("/etc/skald/.skald/store".into())));
     }
 
