@@ -536,16 +536,14 @@ fn liveness(segments: &[(String, Arc<Segment>)]) -> (Vec<Vec<bool>>, usize) {
     let mut live: Vec<Vec<bool>> = segments.iter().map(|(_, s)| vec![false; s.records.len()]).collect();
     let mut count = 0;
     for (s, (_, seg)) in segments.iter().enumerate().rev() {
-        let mut added = Vec::new();
+        // Within a segment the last record for a key wins; tombstones only
+        // act on older segments, so they join `seen` after the records.
         for (i, r) in seg.records.iter().enumerate().rev() {
-            let key = (&r.uri, r.level);
-            if !seen.contains(&key) && !added.contains(&key) {
+            if seen.insert((&r.uri, r.level)) {
                 live[s][i] = true;
                 count += 1;
-                added.push(key);
             }
         }
-        seen.extend(added);
         seen.extend(seg.tombstones.iter().map(|t| (&t.uri, t.level)));
     }
     (live, count)

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Measures Skald's index and the `find` function and prints the figures that
+# BENCHMARKS.md records:
+#
+#   index  — the `bench` binary (tests/src/bin/bench.rs): commit, cold load,
+#            search, at 10,000 and 100,000 records of dimension 512
+#   size   — release size of `find` (cargo, and cargo-lambda when installed)
+#   serve  — peak RSS and request latency of `find` under `cargo lambda watch`
+#            after ingesting the demo corpus
+#
+#   scripts/bench.sh                 # all three
+#   scripts/bench.sh index size      # some of them
+#
+# Environment: BENCH_RECORDS (default "10000 100000"), BENCH_REPEAT (5),
+# BENCH_QUERIES (200), BENCH_S3=1 to also run the index bench on a local moto
+# S3 server, BENCH_PORT (9011) for `cargo lambda watch`.
+#
+# Release builds use the workspace profile (fat LTO, codegen-units 1): each
+# takes minutes on a small machine. Everything started here is stopped on
+# exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+records=${BENCH_RECORDS:-10000 100000}
+repeat=${BENCH_REPEAT:-5}
+queries=${BENCH_QUERIES:-200}
+port=${BENCH_PORT:-9011}
+parts=("$@")
+[ ${#parts[@]} -eq 0 ] && parts=(index size serve)
+want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
+
+say() { printf '\n### %s\n' "$*"; }
+
+say "machine and tree"
+echo "date:     $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+echo "cpu:      $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+echo "memory:   $(free -m | awk '/^Mem:/ {print $2 " MiB"}')"
+echo "load:     $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min)"
+echo "rustc:    $(rustc --version)"
+echo "commit:   $(git rev-parse --short HEAD) ($(git status --short | wc -l) paths modified or untracked)"
+
+if want index; then
+  say "index: cargo build --release -p skald-tests --bin bench"
+  cargo build --quiet --release -p skald-tests --bin bench
+  extra=()
+  [ -n "${BENCH_S3:-}" ] && extra=(--s3)
+  for n in $records; do
+    say "index: target/release/bench --records $n --repeat $repeat --queries $queries ${extra[*]}"
+    target/release/bench --records "$n" --repeat "$repeat" --queries "$queries" "${extra[@]}"
+  done
+fi
+
+if want size; then
+  say "size: cargo build --release -p find"
+  start=$(date +%s)
+  cargo build --quiet --release -p find
+  echo "build: $(($(date +%s) - start)) s (0 when nothing was stale)"
+  ls -l target/release/find
+  if cargo lambda --version >/dev/null 2>&1; then
+    say "size: cargo lambda build --release --compiler cargo -p find"
+    start=$(date +%s)
+    cargo lambda build --quiet --release --compiler cargo -p find
+    echo "build: $(($(date +%s) - start)) s"
+    ls -l target/lambda/find/bootstrap
+    echo "gzip -9: $(gzip -9 -c target/lambda/find/bootstrap | wc -c) bytes (about the deployment zip)"
+  else
+    echo "cargo-lambda is not installed: skipped"
+  fi
+fi
+
+watch_pid=
+# Every process below `cargo lambda watch` (cargo run, the function).
+descendants() {
+  local pid
+  for pid in $(ps -o pid= --ppid "$1" 2>/dev/null); do
+    echo "$pid"
+    descendants "$pid"
+  done
+}
+stop_watch() {
+  if [ -n "$watch_pid" ]; then
+    local pids
+    pids="$(descendants "$watch_pid") $watch_pid"
+    # shellcheck disable=SC2086
+    kill $pids 2>/dev/null || true
+    watch_pid=
+  fi
+}
+trap stop_watch EXIT
+
+if want serve; then
+  if ss -ltn 2>/dev/null | grep -q ":$port "; then
+    echo "port $port is in use; set BENCH_PORT" >&2
+    exit 1
+  fi
+  say "serve: SKALD_NO_SERVE=1 scripts/run-local.sh"
+  SKALD_NO_SERVE=1 scripts/run-local.sh
+  # Build first so the watch's first request does not compile for minutes.
+  cargo build --quiet --release -p find
+  log=$(mktemp -t skald-bench-watch.XXXXXX)
+  # --ignore-changes: other people's edits in the workspace would otherwise
+  # recompile and restart the function in the middle of the measurement.
+  say "serve: cargo lambda watch --release --ignore-changes -A 127.0.0.1 -P $port --env-var SKALD_CONFIG=$root/samplconfigs/local.json"
+  cargo lambda watch --release --ignore-changes -A 127.0.0.1 -P "$port" \
+    --env-var "SKALD_CONFIG=$root/samplconfigs/local.json" >"$log" 2>&1 &
+  watch_pid=$!
+  for _ in $(seq 100); do
+    ss -ltn | grep -q "127.0.0.1:$port " && break
+    sleep 0.2
+  done
+  url="http://127.0.0.1:$port/api/v1/search/find"
+  body='{"query":"S3 conditional writes","limit":5}'
+  request() {
+    curl -sS -m "${1:-30}" -o /dev/null -w "%{http_code} %{time_total}\n" \
+      -X POST -H 'content-type: application/json' -d "$body" "$url"
+  }
+  echo "first request (starts the function; compiles if stale): $(request 900)"
+  for _ in 1 2 3; do request >/dev/null; done
+  fn_pid=
+  for pid in $(descendants "$watch_pid"); do
+    # The executable may show as "(deleted)" once a later build replaced it.
+    case "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" in
+      *target/release/find*) fn_pid=$pid ;;
+    esac
+  done
+  if [ -z "$fn_pid" ]; then
+    echo "the find process was not found under the watch; its log:" >&2
+    cat "$log" >&2
+    exit 1
+  fi
+  echo "after 4 requests: pid $fn_pid $(grep -E '^(VmHWM|VmRSS)' "/proc/$fn_pid/status" | tr -s ' \t' ' ' | tr '\n' ' ')"
+  times=$(for _ in $(seq 20); do request | cut -d' ' -f2; done | sort -n)
+  echo "20 sequential requests, curl time_total in ms:"
+  echo "$times" | awk '{ t[NR] = $1 * 1000 } END {
+    printf "  min %.2f  p50 %.2f  p95 %.2f  max %.2f\n", t[1], t[10], t[19], t[20] }'
+  echo "after 24 requests: $(grep -E '^(VmHWM|VmRSS)' "/proc/$fn_pid/status" | tr -s ' \t' ' ' | tr '\n' ' ')"
+  echo "handler time (lambda_runtime log, ms=): $(grep -o 'ms=[0-9.]*' "$log" | tail -20 | cut -d= -f2 | sort -n | awk '{ t[NR] = $1 } END { if (NR) printf "p50 %.3f ms over the last %d", t[int((NR + 1) / 2)], NR }')"
+  stop_watch
+  sleep 1
+  rm -f "$log"
+  # Others may run their own watch (e.g. scripts/run-local.sh on 9000): only ours counts.
+  echo "left running on port $port: [$(pgrep -f "cargo-lambda.* -P $port " | tr '\n' ' ')] (empty: all stopped)"
+fi
