@@ -14,12 +14,13 @@ use sha2::Digest as _;
 use crate::embed::{EmbedError, Embedder};
 use crate::identity::AccountId;
 use crate::index::extract::{
-    cut_to_bytes, file_abstract, first_paragraph, frontmatter_tags, sidecar_text, split_frontmatter,
+    cut_to_bytes, directory_overview, file_abstract, file_overview, first_paragraph, frontmatter_tags, full_text,
+    sidecar_text, split_frontmatter,
 };
 use crate::index::record::{LEVEL_ABSTRACT, LEVEL_FILE, LEVEL_OVERVIEW, classify};
-use crate::index::{self, EmbedderInfo, IndexError, IndexSnapshot, Record, Segment, Tombstone};
+use crate::index::{self, ContextType, EmbedderInfo, IndexError, IndexSnapshot, Record, Segment, Tombstone};
 use crate::store::{PutMode, SharedStore, StoreError};
-use crate::tokens::estimate_tokens;
+use crate::tokens::estimate_escaped_tokens;
 use crate::uri::{VikingUri, tree_key};
 
 /// A directory's abstract sidecar (level 0).
@@ -114,10 +115,21 @@ pub struct Pending {
     pub embed_text: String,
 }
 
-/// The hex SHA-256 of `bytes` (a node's source hash).
+/// The version of the record format; part of every source hash, so a new
+/// version re-indexes every node on the next ingest.
+pub const RECORD_VERSION: u32 = 2;
+
+/// A node's source hash: the hex SHA-256 of [`RECORD_VERSION`] and `bytes`.
 #[must_use]
 pub fn source_hash(bytes: &[u8]) -> String {
-    hex::encode(sha2::Sha256::digest(bytes))
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(RECORD_VERSION.to_le_bytes());
+    hasher.update(bytes);
+    hex::encode(hasher.finalize())
+}
+
+fn tokens_u32(text: &str) -> u32 {
+    u32::try_from(estimate_escaped_tokens(text)).unwrap_or(u32::MAX)
 }
 
 fn owner_of(uri: &VikingUri) -> Option<String> {
@@ -152,8 +164,10 @@ pub fn file_record(uri: &VikingUri, text: &str, times: Times, options: &IngestOp
             level: LEVEL_FILE,
             context_type,
             category,
-            abstract_tokens: u32::try_from(estimate_tokens(&abstract_text)).unwrap_or(u32::MAX),
+            abstract_tokens: tokens_u32(&abstract_text),
             abstract_text,
+            overview_tokens: file_overview(context_type == ContextType::Memory, text).map(|o| tokens_u32(&o)),
+            full_tokens: Some(full_text(text)).filter(|t| !t.is_empty()).map(tokens_u32),
             size: text.len() as u64,
             created_at,
             updated_at: times.updated_at.max(created_at),
@@ -194,7 +208,9 @@ pub fn directory_records(
             context_type,
             category,
             abstract_text: abstract_text.clone(),
-            abstract_tokens: u32::try_from(estimate_tokens(&abstract_text)).unwrap_or(u32::MAX),
+            abstract_tokens: tokens_u32(&abstract_text),
+            overview_tokens: overview_md.map(|o| tokens_u32(directory_overview(o))),
+            full_tokens: None,
             size: size as u64,
             created_at: times.created_at,
             updated_at: times.updated_at,

@@ -16,3 +16,4 @@ pub mod store;
 pub mod timeparse;
 pub mod tokens;
 pub mod uri;
+pub mod xml_text;

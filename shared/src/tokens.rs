@@ -50,6 +50,32 @@ fn quarter_tokens(c: char) -> usize {
     }
 }
 
+/// Estimated tokens of `text` once escaped as XML element text the way
+/// Skald renders it (`<` → `&lt;`, `>` → `&gt;`, `&` → `&amp;`, CR →
+/// `&#13;`; characters XML cannot hold become U+FFFD). Equal to
+/// `estimate_tokens(&escaped)`, without building the escaped string.
+///
+/// Cost: one pass, no allocation.
+#[must_use]
+pub fn estimate_escaped_tokens(text: &str) -> usize {
+    let extra: usize = text
+        .bytes()
+        .map(|b| match b {
+            b'<' | b'>' => 3,
+            b'&' | b'\r' => 4,
+            _ => 0,
+        })
+        .sum();
+    let quarters: usize = if text.is_ascii() { text.len() } else { text.chars().map(escaped_quarter_tokens).sum() };
+    (quarters + extra).div_ceil(4)
+}
+
+/// The weight of one code point after escaping (a character XML cannot
+/// hold becomes U+FFFD, one quarter token).
+fn escaped_quarter_tokens(c: char) -> usize {
+    if crate::xml_text::is_xml_char(c) { quarter_tokens(c) } else { 1 }
+}
+
 /// The longest prefix of `text` (cut at a char boundary) whose estimate is at
 /// most `max_tokens`. Returns `text` itself when it already fits.
 ///

@@ -125,6 +125,8 @@ fn record(text: &str, level: Level) -> Record {
         context_type,
         category,
         abstract_tokens: 4,
+        overview_tokens: None,
+        full_tokens: None,
         size: 10,
         created_at: 0,
         updated_at: 0,

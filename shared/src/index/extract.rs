@@ -151,6 +151,80 @@ pub fn file_abstract(text: &str, max_bytes: usize) -> String {
     cut_to_bytes(picked, max_bytes).to_owned()
 }
 
+/// The start of the machine-written metadata block memory files may end with.
+pub const MEMORY_FIELDS_MARKER: &str = "<!-- MEMORY_FIELDS";
+
+/// Headings kept in a document outline.
+pub const OUTLINE_MAX_HEADINGS: usize = 24;
+/// Characters of the first paragraph kept in a document overview.
+pub const OVERVIEW_PARAGRAPH_CHARS: usize = 400;
+
+/// A file's `full` tier text: the body after any frontmatter, without a
+/// trailing `<!-- MEMORY_FIELDS … -->` block, trimmed.
+#[must_use]
+pub fn full_text(text: &str) -> &str {
+    let body = split_frontmatter(text).body;
+    let body = body.find(MEMORY_FIELDS_MARKER).map_or(body, |at| &body[..at]);
+    body.trim()
+}
+
+/// A file's `overview` tier text, or `None` when it has none: a memory's
+/// `# Summary` section; any other document's heading outline (up to
+/// [`OUTLINE_MAX_HEADINGS`] headings of level 1-3, indented two spaces per
+/// level below 1) and its first paragraph (up to
+/// [`OVERVIEW_PARAGRAPH_CHARS`] characters), joined by a blank line.
+#[must_use]
+pub fn file_overview(is_memory: bool, text: &str) -> Option<String> {
+    let body = full_text(text);
+    if is_memory {
+        return summary_section(body).map(str::to_owned);
+    }
+    if let Some(summary) = summary_section(body) {
+        return Some(summary.to_owned());
+    }
+    let outline: Vec<String> = body
+        .lines()
+        .filter_map(|line| {
+            let level = heading_level(line).filter(|l| *l <= 3)?;
+            let text = heading_text(line);
+            (!text.is_empty()).then(|| format!("{}{text}", "  ".repeat(level - 1)))
+        })
+        .take(OUTLINE_MAX_HEADINGS)
+        .collect();
+    let paragraph = first_paragraph_only(body).map(|p| {
+        let end = p.char_indices().nth(OVERVIEW_PARAGRAPH_CHARS).map_or(p.len(), |(at, _)| at);
+        p[..end].trim_end()
+    });
+    let outline = outline.join("\n");
+    let parts: Vec<&str> = std::iter::once(outline.as_str()).filter(|s| !s.is_empty()).chain(paragraph).collect();
+    let joined = parts.join("\n\n");
+    (!joined.is_empty()).then_some(joined)
+}
+
+/// The first non-heading paragraph, without falling back to a heading.
+fn first_paragraph_only(body: &str) -> Option<&str> {
+    let mut start = None;
+    let mut offset = 0;
+    for line in body.split_inclusive('\n') {
+        let blank = line.trim().is_empty();
+        let heading = heading_level(line).is_some();
+        match start {
+            None if !blank && !heading => start = Some(offset),
+            Some(from) if blank || heading => return non_empty(body[from..offset].trim()),
+            _ => {}
+        }
+        offset += line.len();
+    }
+    start.and_then(|from| non_empty(body[from..].trim()))
+}
+
+/// A directory's `overview` tier text: its `.overview.md` without
+/// frontmatter, trimmed.
+#[must_use]
+pub fn directory_overview(text: &str) -> &str {
+    split_frontmatter(text).body.trim()
+}
+
 /// A directory's abstract: its `.abstract.md` text without frontmatter,
 /// trimmed and cut to `max_bytes`.
 #[must_use]
@@ -202,6 +276,29 @@ mod tests {
         assert!(cut.len() <= 400 && cut.len() > 390);
         assert!(zh.starts_with(&cut));
         assert_eq!(cut_to_bytes("abc def", 4), "abc");
+    }
+
+    #[test]
+    fn full_text_drops_frontmatter_and_memory_fields() {
+        let text = "---\ntags: [a=b]\n---\n# Summary\nx\n\nbody\n\n<!-- MEMORY_FIELDS\n{\"k\": 1}\n-->\n";
+        assert_eq!(full_text(text), "# Summary\nx\n\nbody");
+        assert_eq!(full_text("  plain  "), "plain");
+    }
+
+    #[test]
+    fn overviews_are_the_summary_or_the_outline_and_first_paragraph() {
+        assert_eq!(
+            file_overview(true, "# Summary\nA thing happened.\n# Log\nlots").as_deref(),
+            Some("A thing happened.")
+        );
+        assert_eq!(file_overview(true, "no summary here"), None);
+        let doc = "# Guide\n\nIntro para.\n\n## Setup\ntext\n### Detail\n#### Too deep\n";
+        assert_eq!(file_overview(false, doc).as_deref(), Some("Guide\n  Setup\n    Detail\n\nIntro para."));
+        assert_eq!(file_overview(false, "just text").as_deref(), Some("just text"));
+        assert_eq!(file_overview(false, "   "), None);
+        let long = format!("# T\n\n{}", "é".repeat(500));
+        let overview = file_overview(false, &long).expect("overview");
+        assert_eq!(overview.chars().count(), "T\n\n".chars().count() + OVERVIEW_PARAGRAPH_CHARS);
     }
 
     #[test]

@@ -281,8 +281,7 @@ pub async fn compact(store: &SharedStore, account: &AccountId, embedder: &Embedd
     // Our merged segment's key is ours alone: if another compaction won, no
     // manifest references it. Otherwise the replaced keys are referenced by
     // no manifest any more (keys are never reused).
-    let garbage: Vec<&str> =
-        if lost { vec![key.as_str()] } else { replaced.iter().map(|r| r.key.as_str()).collect() };
+    let garbage: Vec<&str> = if lost { vec![key.as_str()] } else { replaced.iter().map(|r| r.key.as_str()).collect() };
     for old in garbage {
         let _ = store.delete(old).await;
     }

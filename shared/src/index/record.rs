@@ -141,8 +141,17 @@ pub struct Record {
     /// The short abstract (cut to the configured size).
     #[serde(rename = "abstract")]
     pub abstract_text: String,
-    /// Estimated tokens of `abstract_text`.
+    /// Estimated tokens of `abstract_text` as rendered (XML-escaped).
     pub abstract_tokens: u32,
+    /// Estimated tokens of the `overview` tier text as rendered, when the
+    /// node has one (a file's summary or outline; a directory's
+    /// `.overview.md`). Known before any read, so plans are exact.
+    #[serde(default)]
+    pub overview_tokens: Option<u32>,
+    /// Estimated tokens of the `full` tier text as rendered (a file's body
+    /// without frontmatter); `None` for directories.
+    #[serde(default)]
+    pub full_tokens: Option<u32>,
     /// Bytes of the object a read of [`Record::display_uri`] returns (a
     /// file's body; a directory's `.abstract.md` at level 0, `.overview.md`
     /// at level 1), for planning reads without a HEAD.
@@ -215,6 +224,8 @@ mod tests {
             category: Category::Resources,
             abstract_text: String::new(),
             abstract_tokens: 0,
+            overview_tokens: None,
+            full_tokens: None,
             size: 0,
             created_at: 0,
             updated_at: 0,

@@ -205,6 +205,8 @@ fn make_record(i: usize, rng: &mut Rng, now: i64) -> Record {
         context_type,
         category,
         abstract_tokens: (abstract_text.len() / 4) as u32,
+        overview_tokens: Some(120),
+        full_tokens: Some(400),
         source_hash: skald::ingest::source_hash(abstract_text.as_bytes()),
         abstract_text,
         size: 200 + rng.below(20_000) as u64,
