@@ -2,6 +2,8 @@
 //! no LLM, and no content read unless the caller asks (`read_content`).
 //! Result shape as the reference's list mode (CONTRACT §5).
 
+use std::sync::Arc;
+
 use futures_util::{StreamExt as _, stream};
 use serde_json::{Value, json};
 
@@ -10,7 +12,7 @@ use crate::app::App;
 use crate::identity::Identity;
 use crate::index::filter::{FilterExpr, TimeField, TimeRange};
 use crate::index::record::LEVEL_FILE;
-use crate::index::{ContextType, EventDecay, Filter, Hit, Level, SearchParams};
+use crate::index::{ContextType, EventDecay, Filter, Hit, IndexSnapshot, Level, SearchParams};
 use crate::store::StoreError;
 use crate::uri::{VikingUri, tree_key};
 
@@ -148,6 +150,7 @@ pub fn build_filter(identity: &Identity, params: &FindParams) -> Filter {
     };
     Filter {
         targets,
+        not_under: Vec::new(),
         context_types: params.context_types.clone(),
         levels: params.levels.clone(),
         tags: params.tags.clone(),
@@ -167,14 +170,7 @@ pub fn build_filter(identity: &Identity, params: &FindParams) -> Filter {
 /// 503 when the embedder or store fails or the index was built by another
 /// embedder.
 pub async fn find(app: &App, identity: &Identity, params: &FindParams, now: i64) -> Result<Value, ApiError> {
-    let snapshot = app.index.snapshot(&identity.account).await?;
-    let configured = app.embedder_info();
-    if let Some(built) = snapshot.embedder().filter(|b| **b != configured) {
-        return Err(ApiError::Unavailable(format!(
-            "index of account {} was built with embedder {built} but the configured embedder is {configured}; re-ingest to switch",
-            identity.account
-        )));
-    }
+    let snapshot = checked_snapshot(app, identity).await?;
     let filter = build_filter(identity, params);
     let hits = if snapshot.is_empty() {
         Vec::new()
@@ -210,6 +206,25 @@ pub async fn find(app: &App, identity: &Identity, params: &FindParams, now: i64)
         "skills": skills,
         "total": hits.len(),
     }))
+}
+
+/// The caller's account index, warm when possible, checked to be built by
+/// the configured embedder.
+///
+/// Cost: one manifest HEAD (plus new segments when the index changed).
+///
+/// # Errors
+/// 503 when the store fails or the index was built by another embedder.
+pub async fn checked_snapshot(app: &App, identity: &Identity) -> Result<Arc<IndexSnapshot>, ApiError> {
+    let snapshot = app.index.snapshot(&identity.account).await?;
+    let configured = app.embedder_info();
+    if let Some(built) = snapshot.embedder().filter(|b| **b != configured) {
+        return Err(ApiError::Unavailable(format!(
+            "index of account {} was built with embedder {built} but the configured embedder is {configured}; re-ingest to switch",
+            identity.account
+        )));
+    }
+    Ok(snapshot)
 }
 
 /// One hit as the reference's list-mode item.

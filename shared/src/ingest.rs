@@ -117,7 +117,7 @@ pub struct Pending {
 
 /// The version of the record format; part of every source hash, so a new
 /// version re-indexes every node on the next ingest.
-pub const RECORD_VERSION: u32 = 2;
+pub const RECORD_VERSION: u32 = 3;
 
 /// A node's source hash: the hex SHA-256 of [`RECORD_VERSION`] and `bytes`.
 #[must_use]
@@ -158,6 +158,10 @@ pub fn file_record(uri: &VikingUri, text: &str, times: Times, options: &IngestOp
     let tags = doc.frontmatter.map(frontmatter_tags).unwrap_or_default();
     let embed_text = cut_to_bytes(&format!("{abstract_text}\n{}", doc.body.trim()), options.embed_max_bytes).to_owned();
     let created_at = event_date(uri).unwrap_or(times.created_at);
+    // An overview no richer than the abstract is no tier of its own.
+    let overview_tokens = file_overview(context_type == ContextType::Memory, text)
+        .filter(|o| o.trim() != abstract_text)
+        .map(|o| tokens_u32(&o));
     Some(Pending {
         record: Record {
             uri: uri.clone(),
@@ -166,7 +170,7 @@ pub fn file_record(uri: &VikingUri, text: &str, times: Times, options: &IngestOp
             category,
             abstract_tokens: tokens_u32(&abstract_text),
             abstract_text,
-            overview_tokens: file_overview(context_type == ContextType::Memory, text).map(|o| tokens_u32(&o)),
+            overview_tokens,
             full_tokens: Some(full_text(text)).filter(|t| !t.is_empty()).map(tokens_u32),
             size: text.len() as u64,
             created_at,

@@ -6,6 +6,8 @@
 
 pub mod api;
 pub mod app;
+#[cfg(feature = "assemble")]
+pub mod assemble;
 pub mod config;
 pub mod embed;
 pub mod find;

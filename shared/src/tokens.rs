@@ -93,6 +93,29 @@ pub fn truncate_to_tokens(text: &str, max_tokens: usize) -> &str {
     text
 }
 
+/// The longest prefix of `text` whose escaped estimate
+/// ([`estimate_escaped_tokens`]) is at most `max_tokens`, cut at a char
+/// boundary and with trailing whitespace removed.
+///
+/// Cost: one pass over the kept prefix.
+#[must_use]
+pub fn truncate_to_escaped_tokens(text: &str, max_tokens: usize) -> &str {
+    let budget = max_tokens.saturating_mul(4);
+    let mut used = 0usize;
+    for (at, c) in text.char_indices() {
+        used += escaped_quarter_tokens(c)
+            + match c {
+                '<' | '>' => 3,
+                '&' | '\r' => 4,
+                _ => 0,
+            };
+        if used > budget {
+            return text[..at].trim_end();
+        }
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,6 +177,13 @@ mod tests {
             let cut = truncate_to_tokens(&s, n);
             proptest::prop_assert!(s.starts_with(cut));
             proptest::prop_assert!(estimate_tokens(cut) <= n);
+        }
+
+        #[test]
+        fn escaped_truncation_fits(s in "[a<&\u{4e2d}\r ]{0,64}", n in 0usize..40) {
+            let cut = truncate_to_escaped_tokens(&s, n);
+            proptest::prop_assert!(s.starts_with(cut));
+            proptest::prop_assert!(estimate_escaped_tokens(cut) <= n);
         }
 
         #[test]

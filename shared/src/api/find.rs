@@ -66,7 +66,7 @@ async fn run(app: &App, admitted: &Admitted<'_>) -> Result<(Value, bool), ApiErr
 }
 
 /// What the fields shared by `find` and `search` parse into.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Common {
     /// The find parameters (targets not yet authorised).
     pub params: FindParams,

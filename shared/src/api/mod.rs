@@ -17,6 +17,8 @@ pub mod auth;
 pub mod error;
 pub mod fields;
 pub mod find;
+#[cfg(feature = "assemble")]
+pub mod search;
 
 use error::ApiError;
 

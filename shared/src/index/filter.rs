@@ -41,6 +41,8 @@ pub struct TimeRange {
 pub struct Filter {
     /// A record matches if its URI is at or under one of these (empty: any).
     pub targets: Vec<VikingUri>,
+    /// …and not at or under any of these.
+    pub not_under: Vec<VikingUri>,
     /// Allowed context types (empty: any).
     pub context_types: Vec<ContextType>,
     /// Allowed levels (empty: any).
@@ -58,6 +60,7 @@ impl Filter {
     #[must_use]
     pub fn matches(&self, record: &Record) -> bool {
         (self.targets.is_empty() || self.targets.iter().any(|t| record.uri.is_under(t)))
+            && !self.not_under.iter().any(|t| record.uri.is_under(t))
             && (self.context_types.is_empty() || self.context_types.contains(&record.context_type))
             && (self.levels.is_empty() || self.levels.contains(&record.level))
             && self.tags.iter().all(|t| record.tags.contains(t))

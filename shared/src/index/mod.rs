@@ -477,8 +477,18 @@ impl IndexSnapshot {
     /// `limit` entries.
     #[must_use]
     pub fn search(&self, params: &SearchParams<'_>) -> Vec<Hit<'_>> {
+        self.search_excluding(params, &Exclusion::default()).0
+    }
+
+    /// [`IndexSnapshot::search`] leaving out `exclude`d nodes; also returns
+    /// how many hits were left out (records that passed the filter and the
+    /// threshold). Excluded records never take a place in the result, so a
+    /// search still returns `limit` hits when that many others exist.
+    #[must_use]
+    pub fn search_excluding(&self, params: &SearchParams<'_>, exclude: &Exclusion) -> (Vec<Hit<'_>>, usize) {
+        let mut excluded = 0;
         if params.limit == 0 {
-            return Vec::new();
+            return (Vec::new(), 0);
         }
         let mut heap: BinaryHeap<Reverse<Ranked>> = BinaryHeap::with_capacity(params.limit.min(self.live_count) + 1);
         let mut decays: HashMap<(usize, usize), (f64, f64)> = HashMap::new();
@@ -500,6 +510,10 @@ impl IndexSnapshot {
                 if params.score_threshold.is_some_and(|t| score <= t) {
                     continue;
                 }
+                if exclude.excludes(&record.uri) {
+                    excluded += 1;
+                    continue;
+                }
                 heap.push(Reverse(Ranked(score, s, i)));
                 if heap.len() > params.limit {
                     heap.pop();
@@ -508,7 +522,7 @@ impl IndexSnapshot {
         }
         let mut ranked: Vec<Ranked> = heap.into_iter().map(|Reverse(r)| r).collect();
         ranked.sort_by(|a, b| b.cmp(a));
-        ranked
+        let hits = ranked
             .into_iter()
             .map(|Ranked(score, s, i)| {
                 let decay = decays.get(&(s, i));
@@ -519,7 +533,32 @@ impl IndexSnapshot {
                     time_score: decay.map(|d| d.1),
                 }
             })
-            .collect()
+            .collect();
+        (hits, excluded)
+    }
+}
+
+/// Nodes a search leaves out: whole subtrees (`exclude_uris`) and exact
+/// nodes (URIs the dedup ledger cooled).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Exclusion {
+    /// Each excludes itself and everything under it.
+    pub subtrees: Vec<VikingUri>,
+    /// Each excludes exactly that node.
+    pub exact: HashSet<VikingUri>,
+}
+
+impl Exclusion {
+    /// Whether `uri` is left out.
+    #[must_use]
+    pub fn excludes(&self, uri: &VikingUri) -> bool {
+        self.exact.contains(uri) || self.subtrees.iter().any(|t| uri.is_under(t))
+    }
+
+    /// Whether nothing is excluded.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.subtrees.is_empty() && self.exact.is_empty()
     }
 }
 

@@ -1,0 +1,393 @@
+//! `POST /api/v1/search/search`: the reference's `SearchRequest` with
+//! `mode` = `list` (default; exactly `find` without a session) or `context`
+//! (the assembly line). Strict parsing, the validation matrix of CONTRACT
+//! §6–7, defaults applied in one place ([`parse`]).
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use serde_json::{Map, Value, json};
+
+use super::error::{ApiError, FieldError};
+use super::fields::Body;
+use super::find::{Common, FIND_FIELDS, authorize, check_query, parse_common};
+use super::{Admitted, admit, error_response, ok, telemetry};
+use crate::app::App;
+use crate::assemble::params::{
+    AssembleParams, DEFAULT_SCORE_THRESHOLD, DETAIL_KEYS, Detail, MAX_EXCLUDE_URIS, MAX_MAX_TOKENS, MIN_MAX_TOKENS,
+    PeerScope, QUOTA_KEYS, Tier, builtin_purpose, default_penalties,
+};
+use crate::assemble::{Assembled, assemble};
+use crate::find::{authorize_targets, find};
+use crate::identity::Identity;
+use crate::index::{Category, Exclusion};
+use crate::uri::VikingUri;
+
+/// Fields only context mode accepts.
+pub const CONTEXT_ONLY_FIELDS: &[&str] = &[
+    "query_expansion",
+    "max_tokens",
+    "quotas",
+    "purpose",
+    "detail",
+    "dedup_turns",
+    "exclude_uris",
+    "peer_scope",
+    "other_peer_penalty",
+    "rewrite",
+    "rewrite_max_bullets",
+];
+
+/// Fields `search` adds to `find`'s.
+const SEARCH_FIELDS: &[&str] = &["session_id", "mode", "search_type"];
+
+/// The search mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `find`'s result (plus `query_plan` with a session, once expansion runs).
+    List,
+    /// The assembled block.
+    Context,
+}
+
+/// `rewrite`: off, on, or on when a query-planner model is configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Rewrite {
+    /// No digest (default).
+    #[default]
+    Off,
+    /// Always digest.
+    On,
+    /// Digest when a dedicated query-planner model is configured.
+    Auto,
+}
+
+/// A parsed and validated search request.
+#[derive(Debug, Clone)]
+pub struct SearchRequest {
+    /// The mode.
+    pub mode: Mode,
+    /// The fields shared with `find`.
+    pub common: Common,
+    /// The session, when given.
+    pub session_id: Option<String>,
+    /// Context mode: the assembly parameters (defaults applied).
+    pub assemble: AssembleParams,
+    /// `query_expansion` is `auto` (the default) rather than `off`.
+    pub query_expansion: bool,
+    /// `dedup_turns` (0..=100, default 0).
+    pub dedup_turns: u32,
+    /// `rewrite`.
+    pub rewrite: Rewrite,
+    /// `rewrite_max_bullets` (1..=20, default 6).
+    pub rewrite_max_bullets: usize,
+    /// Accepted fields that context mode ignores (`level`; `limit` with quotas).
+    pub ignored: Vec<&'static str>,
+}
+
+fn all_fields() -> Vec<&'static str> {
+    FIND_FIELDS.iter().chain(SEARCH_FIELDS).chain(CONTEXT_ONLY_FIELDS).copied().collect()
+}
+
+fn value_error(field: &str, message: impl std::fmt::Display) -> FieldError {
+    FieldError::new(field, "value_error", format!("Value error, {message}"))
+}
+
+/// Parses a search body (`now` resolves relative times) and validates the
+/// combination of fields.
+///
+/// # Errors
+/// 400 naming every invalid field.
+pub fn parse(bytes: &[u8], now: i64) -> Result<SearchRequest, ApiError> {
+    let mut body = Body::parse(bytes, &all_fields())?;
+    let common = parse_common(&mut body, now);
+    let mode = match body.literal("mode", &["list", "context"]).as_deref() {
+        Some("context") => Mode::Context,
+        _ => Mode::List,
+    };
+    if body.literal("search_type", &["semantic", "keywords"]).as_deref() == Some("keywords") {
+        body.error(value_error(
+            "search_type",
+            "search_type 'keywords' is not supported yet by this server; use 'semantic'",
+        ));
+    }
+    let session_id = body.string("session_id").filter(|s| !s.is_empty());
+    let mut request = SearchRequest {
+        mode,
+        common,
+        session_id,
+        assemble: AssembleParams::default(),
+        query_expansion: true,
+        dedup_turns: 0,
+        rewrite: Rewrite::Off,
+        rewrite_max_bullets: 6,
+        ignored: Vec::new(),
+    };
+    match mode {
+        Mode::List => {
+            let sent: Vec<&str> = CONTEXT_ONLY_FIELDS.iter().copied().filter(|f| body.sent(f)).collect();
+            for field in sent {
+                body.error(value_error(
+                    field,
+                    format!("{field} require mode='context'; set mode='context' or drop these fields"),
+                ));
+            }
+        }
+        Mode::Context => parse_context(&mut body, &mut request),
+    }
+    body.finish()?;
+    Ok(request)
+}
+
+fn parse_context(body: &mut Body, request: &mut SearchRequest) {
+    let common = &request.common;
+    if !common.targets.is_empty() {
+        body.error(value_error("target_uri", "target_uri is not supported in mode='context'"));
+    }
+    if common.params.read_content {
+        body.error(value_error("read_content", "read_content is only supported in mode='list'"));
+    }
+    let p = &mut request.assemble;
+    p.queries = vec![common.params.query.clone()];
+    p.limit = common.params.limit;
+    p.score_threshold = common.params.score_threshold.unwrap_or(DEFAULT_SCORE_THRESHOLD);
+    p.expr = common.params.expr.clone();
+    p.tags = common.params.tags.clone();
+    p.time = common.params.time;
+    request.query_expansion = body.literal("query_expansion", &["off", "auto"]).as_deref() != Some("off");
+    if let Some(n) = body.int("max_tokens", Some(MIN_MAX_TOKENS as i64), Some(MAX_MAX_TOKENS as i64)) {
+        p.max_tokens = usize::try_from(n).unwrap_or(MIN_MAX_TOKENS);
+    }
+    let quotas = parse_quotas(body);
+    if let Some(name) = body.literal("purpose", &["chat", "coding"]) {
+        if let Some(profile) = builtin_purpose(&name) {
+            p.events_budget_share = Some(profile.events_budget_share);
+            p.quotas = Some(profile.quotas);
+        }
+        p.purpose = Some(name);
+    }
+    if quotas.is_some() {
+        p.quotas = quotas;
+    }
+    p.detail = parse_detail(body);
+    if let Some(n) = body.int("dedup_turns", Some(0), Some(100)) {
+        request.dedup_turns = u32::try_from(n).unwrap_or(0);
+    }
+    if let Some(list) = body.string_list("exclude_uris") {
+        if list.len() > MAX_EXCLUDE_URIS {
+            body.error(FieldError::new(
+                "exclude_uris",
+                "too_long",
+                format!("List should have at most {MAX_EXCLUDE_URIS} items after validation, not {}", list.len()),
+            ));
+        } else {
+            for (i, text) in list.iter().enumerate() {
+                match VikingUri::parse(text.trim()) {
+                    Ok(uri) => p.exclude.push(uri),
+                    Err(e) => body.error(value_error("exclude_uris", e).at(i)),
+                }
+            }
+        }
+    }
+    if body.literal("peer_scope", &["actor", "all"]).as_deref() == Some("actor") {
+        p.peer_scope = PeerScope::Actor;
+    }
+    p.penalties = parse_penalties(body);
+    request.rewrite = match body.raw("rewrite") {
+        None | Some(Value::Bool(false)) => Rewrite::Off,
+        Some(Value::Bool(true)) => Rewrite::On,
+        Some(Value::String(s)) if s == "auto" => Rewrite::Auto,
+        Some(_) => {
+            body.error(FieldError::new("rewrite", "literal_error", "Input should be a valid boolean or 'auto'"));
+            Rewrite::Off
+        }
+    };
+    if let Some(n) = body.int("rewrite_max_bullets", Some(1), Some(20)) {
+        request.rewrite_max_bullets = usize::try_from(n).unwrap_or(6);
+    }
+    if body.sent("level") {
+        request.ignored.push("level");
+    }
+    if p.quotas.is_some() && request.common.limit_sent {
+        request.ignored.push("limit");
+    }
+}
+
+fn parse_quotas(body: &mut Body) -> Option<BTreeMap<Category, usize>> {
+    let map = body.object("quotas")?;
+    let unknown: Vec<&str> = map
+        .keys()
+        .map(String::as_str)
+        .filter(|k| Category::parse(k).is_none_or(|c| !QUOTA_KEYS.contains(&c)))
+        .collect();
+    if !unknown.is_empty() {
+        let allowed: Vec<&str> = QUOTA_KEYS.iter().map(|c| c.as_str()).collect();
+        body.error(value_error(
+            "quotas",
+            format!("unknown quota keys: {}; allowed: {}", unknown.join(", "), allowed.join(", ")),
+        ));
+        return None;
+    }
+    let mut quotas = BTreeMap::new();
+    for (key, value) in &map {
+        match value.as_u64().and_then(|n| usize::try_from(n).ok()) {
+            Some(n) => {
+                quotas.insert(Category::parse(key)?, n.min(1000));
+            }
+            None => body.error(
+                FieldError::new("quotas", "int_type", "Input should be a valid non-negative integer").at(key.as_str()),
+            ),
+        }
+    }
+    Some(quotas)
+}
+
+fn parse_detail(body: &mut Body) -> Detail {
+    let Some(raw) = body.raw("detail").cloned() else { return Detail::Auto };
+    let tiers = "Input should be 'abstract', 'overview' or 'full'";
+    match raw {
+        Value::String(s) if s == "auto" => Detail::Auto,
+        Value::String(s) => Tier::parse_pinnable(&s).map_or_else(
+            || {
+                body.error(FieldError::new(
+                    "detail",
+                    "literal_error",
+                    "Input should be 'auto', 'abstract', 'overview' or 'full'",
+                ));
+                Detail::Auto
+            },
+            Detail::Pin,
+        ),
+        Value::Object(map) => {
+            let unknown: Vec<&str> = map
+                .keys()
+                .map(String::as_str)
+                .filter(|k| Category::parse(k).is_none_or(|c| !DETAIL_KEYS.contains(&c)))
+                .collect();
+            if !unknown.is_empty() {
+                let allowed: Vec<&str> = DETAIL_KEYS.iter().map(|c| c.as_str()).collect();
+                body.error(value_error(
+                    "detail",
+                    format!("unknown detail keys: {}; allowed: {}", unknown.join(", "), allowed.join(", ")),
+                ));
+                return Detail::Auto;
+            }
+            let mut pins = BTreeMap::new();
+            for (key, value) in &map {
+                match (Category::parse(key), value.as_str().and_then(Tier::parse_pinnable)) {
+                    (Some(c), Some(t)) => {
+                        pins.insert(c, t);
+                    }
+                    _ => body.error(FieldError::new("detail", "literal_error", tiers).at(key.as_str())),
+                }
+            }
+            Detail::PerCategory(pins)
+        }
+        _ => {
+            body.error(FieldError::new("detail", "literal_error", "Input should be a tier name or an object of tiers"));
+            Detail::Auto
+        }
+    }
+}
+
+/// A number (every category) or an object of numbers merged over the
+/// defaults; unknown keys are ignored and values clamped to [0, 1], as the
+/// reference.
+fn parse_penalties(body: &mut Body) -> BTreeMap<Category, f64> {
+    let mut penalties = default_penalties();
+    match body.raw("other_peer_penalty").cloned() {
+        None => {}
+        Some(Value::Number(n)) => {
+            let v = n.as_f64().filter(|f| f.is_finite()).unwrap_or(0.0).clamp(0.0, 1.0);
+            penalties.values_mut().for_each(|p| *p = v);
+        }
+        Some(Value::Object(map)) => {
+            for (key, value) in map {
+                let (Some(c), Some(v)) = (Category::parse(&key), value.as_f64()) else {
+                    if !value.is_number() {
+                        body.error(
+                            FieldError::new("other_peer_penalty", "float_type", "Input should be a valid number")
+                                .at(key.as_str()),
+                        );
+                    }
+                    continue;
+                };
+                if DETAIL_KEYS.contains(&c) && v.is_finite() {
+                    penalties.insert(c, v.clamp(0.0, 1.0));
+                }
+            }
+        }
+        Some(_) => body.error(FieldError::new(
+            "other_peer_penalty",
+            "float_type",
+            "Input should be a valid number or an object of numbers",
+        )),
+    }
+    penalties
+}
+
+/// Handles one search request (list or context mode).
+pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
+    let admitted = match admit(app, &request) {
+        Ok(a) => a,
+        Err(e) => return error_response(&e),
+    };
+    match run(app, &admitted).await {
+        Ok((result, wants_telemetry)) => ok(result, telemetry(wants_telemetry, "search.search", admitted.started)),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn run(app: &App, admitted: &Admitted<'_>) -> Result<(Value, bool), ApiError> {
+    let request = parse(admitted.body, admitted.now)?;
+    check_query(app, &request.common.params.query, request.common.has_image)?;
+    let wants_telemetry = request.common.telemetry;
+    let result = match request.mode {
+        Mode::List => {
+            let mut params = request.common.params.clone();
+            params.targets = authorize(&admitted.identity, &request.common.targets)?;
+            find(app, &admitted.identity, &params, admitted.now).await?
+        }
+        Mode::Context => context(app, &admitted.identity, &request).await?,
+    };
+    Ok((result, wants_telemetry))
+}
+
+/// Runs context mode: authorises `exclude_uris`, assembles, and adds the
+/// pipeline's stats.
+///
+/// # Errors
+/// 403 for an `exclude_uris` entry outside the caller's tree; 503 when a
+/// dependency fails.
+pub async fn context(app: &App, identity: &Identity, request: &SearchRequest) -> Result<Value, ApiError> {
+    authorize_targets(identity, &request.assemble.exclude)
+        .map_err(|_| ApiError::PermissionDenied("exclude_uris names a URI outside the caller's tree".into()))?;
+    let exclusion = Exclusion { subtrees: request.assemble.exclude.clone(), ..Exclusion::default() };
+    let assembled = assemble(app, identity, &request.assemble, &exclusion).await?;
+    Ok(context_result(assembled, request))
+}
+
+/// The context-mode result: entries, rendered block, digest and stats.
+#[must_use]
+pub fn context_result(assembled: Assembled, request: &SearchRequest) -> Value {
+    let Assembled { entries, rendered, mut stats } = assembled;
+    let mut put = |k: &str, v: Value| {
+        stats.insert(k.to_owned(), v);
+    };
+    put("query_expansion", json!("off"));
+    put("planned_queries", json!([]));
+    put("rewrite", json!("off"));
+    put("rewrite_usage", Value::Null);
+    put("dedup", json!({ "turns": request.dedup_turns, "status": "off", "cooled": 0, "turn": Value::Null }));
+    if !request.ignored.is_empty() {
+        put("ignored", json!(request.ignored));
+    }
+    let entries: Vec<Value> = entries.iter().map(crate::assemble::Entry::to_json).collect();
+    let mut out = Map::new();
+    out.insert("entries".into(), Value::Array(entries));
+    out.insert("rendered".into(), Value::String(rendered));
+    out.insert("digest".into(), Value::String(String::new()));
+    out.insert("stats".into(), Value::Object(stats));
+    Value::Object(out)
+}

@@ -1,0 +1,287 @@
+//! Candidate providers over a loaded index: flat (one cross-domain search
+//! per query, merged by URI) and bucketed (one search per quota bucket over
+//! its own subtree). Pure: the snapshot is in memory and the query vectors
+//! are given. Other peers' memories (`peer_scope = all`) are searched
+//! separately, over-fetched and penalised; `profile.md` never appears.
+
+use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
+
+use serde_json::{Map, Value, json};
+
+use super::candidate::{Candidate, Origin};
+use super::params::{AssembleParams, OTHER_PEER_OVERFETCH, PeerScope};
+use crate::identity::Identity;
+use crate::index::filter::FilterExpr;
+use crate::index::{Category, ContextType, Exclusion, Filter, IndexSnapshot, Record, SearchParams};
+use crate::uri::VikingUri;
+
+/// What the providers found.
+#[derive(Debug, Clone, Default)]
+pub struct Gathered {
+    /// Candidates, best first.
+    pub candidates: Vec<Candidate>,
+    /// Hits per bucket (`{"all": n}` in flat mode), before quotas or limit.
+    pub searched: Map<String, Value>,
+    /// Hits left out by `exclude_uris` or the ledger.
+    pub excluded: usize,
+}
+
+impl Gathered {
+    /// Candidates per origin, as `stats.origins`.
+    #[must_use]
+    pub fn origins(&self) -> Value {
+        let count = |o: Origin| self.candidates.iter().filter(|c| c.origin == o).count();
+        json!({
+            "actor_peer": count(Origin::ActorPeer),
+            "self": count(Origin::Own),
+            "other_peer": count(Origin::OtherPeer),
+        })
+    }
+}
+
+fn uri(text: &str) -> VikingUri {
+    VikingUri::from_path(text).expect("validated names form a valid uri")
+}
+
+/// Where `record` sits relative to the caller.
+#[must_use]
+pub fn origin_of(identity: &Identity, record_uri: &VikingUri) -> Origin {
+    let mut segs = record_uri.segments();
+    match (segs.next(), segs.next(), segs.next(), segs.next()) {
+        (Some("user"), Some(u), Some("peers"), Some(peer)) if u == identity.user.as_str() => {
+            if identity.actor_peer.as_ref().is_some_and(|a| a.as_str() == peer) {
+                Origin::ActorPeer
+            } else {
+                Origin::OtherPeer
+            }
+        }
+        _ => Origin::Own,
+    }
+}
+
+/// One search scope: targets, exclusions, types and an extra condition.
+struct Scope {
+    targets: Vec<VikingUri>,
+    not_under: Vec<VikingUri>,
+    context_types: Vec<ContextType>,
+    category: Option<Category>,
+    want: usize,
+}
+
+fn root(identity: &Identity) -> String {
+    format!("user/{}", identity.user)
+}
+
+fn actor_tree(identity: &Identity) -> Option<String> {
+    identity.actor_peer.as_ref().map(|p| format!("{}/peers/{p}", root(identity)))
+}
+
+/// The scope of the caller's own nodes (and the acting peer's) in flat mode:
+/// its memories, resources and skills and both shared roots.
+fn own_scope(identity: &Identity, want: usize) -> Scope {
+    let r = root(identity);
+    let mut targets: Vec<VikingUri> = [
+        format!("{r}/memories"),
+        format!("{r}/resources"),
+        format!("{r}/skills"),
+        "resources".into(),
+        "agent/skills".into(),
+    ]
+    .iter()
+    .map(|p| uri(p))
+    .collect();
+    targets.extend(actor_tree(identity).map(|a| uri(&a)));
+    Scope { targets, not_under: Vec::new(), context_types: Vec::new(), category: None, want }
+}
+
+/// Other peers' memories (`peer_scope = all`), over-fetched.
+fn other_peers_scope(identity: &Identity, category: Option<Category>, want: usize) -> Scope {
+    Scope {
+        targets: vec![uri(&format!("{}/peers", root(identity)))],
+        not_under: actor_tree(identity).map(|a| uri(&a)).into_iter().collect(),
+        context_types: vec![ContextType::Memory],
+        category,
+        want: want.saturating_mul(OTHER_PEER_OVERFETCH).max(want),
+    }
+}
+
+/// The subtree of one quota bucket (the caller's and the acting peer's).
+fn bucket_scope(identity: &Identity, bucket: Category, want: usize) -> Scope {
+    let r = root(identity);
+    let actor = actor_tree(identity);
+    let paths: Vec<String> = match bucket {
+        Category::Resources => {
+            let mut p = vec!["resources".to_owned(), format!("{r}/resources")];
+            p.extend(actor.map(|a| format!("{a}/resources")));
+            p
+        }
+        Category::Skills => vec![format!("{r}/skills"), "agent/skills".to_owned()],
+        memory => {
+            let mut p = vec![format!("{r}/memories/{}", memory.as_str())];
+            p.extend(actor.map(|a| format!("{a}/memories/{}", memory.as_str())));
+            p
+        }
+    };
+    Scope {
+        targets: paths.iter().map(|p| uri(p)).collect(),
+        not_under: Vec::new(),
+        context_types: Vec::new(),
+        category: Some(bucket),
+        want,
+    }
+}
+
+fn is_profile(record: &Record) -> bool {
+    record.context_type == ContextType::Memory && record.uri.file_name() == Some("profile.md")
+}
+
+/// The searches of one request: the snapshot, the caller, the parameters,
+/// the query vectors and the exclusions, and how many hits were excluded.
+struct Searcher<'a> {
+    snapshot: &'a IndexSnapshot,
+    identity: &'a Identity,
+    params: &'a AssembleParams,
+    vectors: &'a [Vec<f32>],
+    exclusion: &'a Exclusion,
+    excluded: usize,
+}
+
+impl Searcher<'_> {
+    /// Searches `scope` with every query vector and merges hits by URI
+    /// (best score), as candidates of category `bucket` (or their own).
+    fn search(&mut self, scope: &Scope, bucket: Option<Category>) -> Vec<Candidate> {
+        let (snapshot, identity, params, vectors, exclusion) =
+            (self.snapshot, self.identity, self.params, self.vectors, self.exclusion);
+        let category_expr = scope
+            .category
+            .map(|c| FilterExpr::Must(crate::index::filter::Field::Category, vec![c.as_str().to_owned()]));
+        let expr = match (params.expr.clone(), category_expr) {
+            (Some(a), Some(b)) => Some(FilterExpr::And(vec![a, b])),
+            (a, b) => a.or(b),
+        };
+        // The caller's profile is never a candidate (other peers' profiles are
+        // dropped below; their scope is over-fetched).
+        let mut not_under = scope.not_under.clone();
+        not_under.push(uri(&format!("{}/memories/profile.md", root(identity))));
+        not_under.extend(actor_tree(identity).map(|a| uri(&format!("{a}/memories/profile.md"))));
+        let filter = Filter {
+            targets: scope.targets.clone(),
+            not_under,
+            context_types: scope.context_types.clone(),
+            levels: Vec::new(),
+            tags: params.tags.clone(),
+            time: params.time,
+            expr,
+        };
+        let mut merged: BTreeMap<VikingUri, Candidate> = BTreeMap::new();
+        for vector in vectors {
+            let (hits, left_out) = snapshot.search_excluding(
+                &SearchParams {
+                    vector,
+                    filter: &filter,
+                    limit: scope.want,
+                    score_threshold: Some(params.score_threshold),
+                    decay: None,
+                },
+                exclusion,
+            );
+            self.excluded += left_out;
+            for hit in hits.into_iter().filter(|h| !is_profile(h.record)) {
+                let origin = origin_of(identity, &hit.record.uri);
+                let category = bucket.unwrap_or(hit.record.category);
+                let penalty = if origin == Origin::OtherPeer {
+                    params.penalties.get(&category).copied().unwrap_or(0.0)
+                } else {
+                    0.0
+                };
+                let candidate = Candidate::from_record(hit.record, hit.score, hit.score - penalty, origin, category);
+                match merged.entry(candidate.uri.clone()) {
+                    Entry::Vacant(slot) => {
+                        slot.insert(candidate);
+                    }
+                    Entry::Occupied(mut slot) if slot.get().score < candidate.score => {
+                        slot.insert(candidate);
+                    }
+                    Entry::Occupied(_) => {}
+                }
+            }
+        }
+        merged.into_values().collect()
+    }
+}
+
+/// Best first: rank score, then origin (acting peer, own, other peers),
+/// then URI, so equal inputs give equal orders.
+fn sort(candidates: &mut [Candidate]) {
+    candidates.sort_by(|a, b| {
+        b.rank_score.total_cmp(&a.rank_score).then(a.origin.cmp(&b.origin)).then_with(|| a.uri.cmp(&b.uri))
+    });
+}
+
+/// Merges lists by URI, keeping the higher score.
+fn merge(lists: Vec<Vec<Candidate>>) -> Vec<Candidate> {
+    let mut merged: BTreeMap<VikingUri, Candidate> = BTreeMap::new();
+    for candidate in lists.into_iter().flatten() {
+        match merged.entry(candidate.uri.clone()) {
+            Entry::Vacant(slot) => {
+                slot.insert(candidate);
+            }
+            Entry::Occupied(mut slot) if slot.get().rank_score < candidate.rank_score => {
+                slot.insert(candidate);
+            }
+            Entry::Occupied(_) => {}
+        }
+    }
+    merged.into_values().collect()
+}
+
+/// Gathers candidates for `params` (flat, or bucketed when quotas are set)
+/// with one query vector per planned query.
+///
+/// Cost: one exact search per (scope × query).
+#[must_use]
+pub fn gather(
+    snapshot: &IndexSnapshot,
+    identity: &Identity,
+    params: &AssembleParams,
+    vectors: &[Vec<f32>],
+    exclusion: &Exclusion,
+) -> Gathered {
+    let mut out = Gathered::default();
+    let peers = params.peer_scope == PeerScope::All;
+    let mut searcher = Searcher { snapshot, identity, params, vectors, exclusion, excluded: 0 };
+    match &params.quotas {
+        None => {
+            let mut lists = vec![searcher.search(&own_scope(identity, params.limit), None)];
+            if peers {
+                lists.push(searcher.search(&other_peers_scope(identity, None, params.limit), None));
+            }
+            let mut all = merge(lists);
+            out.searched.insert("all".into(), json!(all.len()));
+            sort(&mut all);
+            all.truncate(params.limit);
+            out.candidates = all;
+        }
+        Some(quotas) => {
+            let mut buckets = Vec::new();
+            for (&bucket, &quota) in quotas.iter().filter(|(_, q)| **q > 0) {
+                let mut lists = vec![searcher.search(&bucket_scope(identity, bucket, quota), Some(bucket))];
+                let is_memory_bucket = !matches!(bucket, Category::Resources | Category::Skills);
+                if peers && is_memory_bucket {
+                    lists.push(searcher.search(&other_peers_scope(identity, Some(bucket), quota), Some(bucket)));
+                }
+                let mut found = merge(lists);
+                out.searched.insert(bucket.as_str().into(), json!(found.len()));
+                sort(&mut found);
+                found.truncate(quota);
+                buckets.push(found);
+            }
+            let mut all = merge(buckets);
+            sort(&mut all);
+            out.candidates = all;
+        }
+    }
+    out.excluded = searcher.excluded;
+    out
+}

@@ -1,0 +1,267 @@
+//! Context-mode parameters as domain types, with their defaults and the
+//! built-in purpose presets (CONTRACT §7). The request parser fills these;
+//! everything downstream takes them as given.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use crate::index::Category;
+use crate::index::filter::{FilterExpr, TimeRange};
+
+/// Default `max_tokens`.
+pub const DEFAULT_MAX_TOKENS: usize = 1600;
+/// Smallest `max_tokens`.
+pub const MIN_MAX_TOKENS: usize = 64;
+/// Largest `max_tokens`.
+pub const MAX_MAX_TOKENS: usize = 32_000;
+/// Default `score_threshold` in context mode.
+pub const DEFAULT_SCORE_THRESHOLD: f64 = 0.1;
+/// Most `exclude_uris` a request may send.
+pub const MAX_EXCLUDE_URIS: usize = 200;
+/// Default `rewrite_max_bullets`.
+pub const DEFAULT_REWRITE_MAX_BULLETS: usize = 6;
+/// Other peers' hits fetched per wanted entry (they are penalised after).
+pub const OTHER_PEER_OVERFETCH: usize = 4;
+
+/// How much of an entry is shown. `Uri` is not requestable: it is the
+/// state of an entry that fits at no other tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Tier {
+    /// The URI alone (a self-closing element).
+    Uri,
+    /// The index record's abstract (no read).
+    Abstract,
+    /// A directory's `.overview.md`; a file's summary or outline (one read).
+    Overview,
+    /// A file's body (one read).
+    Full,
+}
+
+impl Tier {
+    /// The wire name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Uri => "uri",
+            Self::Abstract => "abstract",
+            Self::Overview => "overview",
+            Self::Full => "full",
+        }
+    }
+
+    /// Parses a requestable tier (`abstract`, `overview`, `full`).
+    #[must_use]
+    pub fn parse_pinnable(text: &str) -> Option<Self> {
+        match text {
+            "abstract" => Some(Self::Abstract),
+            "overview" => Some(Self::Overview),
+            "full" => Some(Self::Full),
+            _ => None,
+        }
+    }
+}
+
+/// The `detail` request: breadth-first auto fill, one pin for every entry,
+/// or pins per category (unnamed categories fill automatically).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Detail {
+    /// Breadth first: all at abstract, then directories to overview, then
+    /// files to full (the default; `"auto"`).
+    #[default]
+    Auto,
+    /// Every entry at this tier (within its ceiling), or dropped.
+    Pin(Tier),
+    /// A pin per named category.
+    PerCategory(BTreeMap<Category, Tier>),
+}
+
+impl Detail {
+    /// The pin for `category`, if any.
+    #[must_use]
+    pub fn pin(&self, category: Category) -> Option<Tier> {
+        match self {
+            Self::Auto => None,
+            Self::Pin(t) => Some(*t),
+            Self::PerCategory(map) => map.get(&category).copied(),
+        }
+    }
+
+    /// As `stats.detail`: `null`, a tier name, or an object.
+    #[must_use]
+    pub fn to_json(&self) -> Value {
+        match self {
+            Self::Auto => Value::Null,
+            Self::Pin(t) => json!(t.as_str()),
+            Self::PerCategory(map) => {
+                Value::Object(map.iter().map(|(c, t)| (c.as_str().to_owned(), json!(t.as_str()))).collect())
+            }
+        }
+    }
+}
+
+/// Whose memories take part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PeerScope {
+    /// The user's own and every peer's (other peers penalised). Default.
+    #[default]
+    All,
+    /// The user's own and the acting peer's only.
+    Actor,
+}
+
+impl PeerScope {
+    /// The wire name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::All => "all",
+            Self::Actor => "actor",
+        }
+    }
+}
+
+/// The bucket keys of `quotas` (memory categories, resources, skills).
+pub const QUOTA_KEYS: [Category; 6] = [
+    Category::Events,
+    Category::Entities,
+    Category::Preferences,
+    Category::Experiences,
+    Category::Resources,
+    Category::Skills,
+];
+
+/// The keys `detail` and `other_peer_penalty` objects accept.
+pub const DETAIL_KEYS: [Category; 7] = [
+    Category::Events,
+    Category::Entities,
+    Category::Preferences,
+    Category::Experiences,
+    Category::Resources,
+    Category::Skills,
+    Category::Memories,
+];
+
+/// Quotas per bucket.
+pub type Quotas = BTreeMap<Category, usize>;
+
+/// A purpose preset: quotas and the share of the budget events may use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PurposeProfile {
+    /// Quotas per bucket (each at least 1).
+    pub quotas: Quotas,
+    /// The share of `max_tokens` event entries may take.
+    pub events_budget_share: f64,
+}
+
+/// The built-in presets (the RFC's table): `chat` and `coding`.
+#[must_use]
+pub fn builtin_purpose(name: &str) -> Option<PurposeProfile> {
+    let (numbers, share): ([usize; 6], f64) = match name {
+        "chat" => ([10, 8, 4, 1, 1, 2], 0.75),
+        "coding" => ([4, 6, 2, 4, 8, 6], 0.40),
+        _ => return None,
+    };
+    Some(PurposeProfile { quotas: QUOTA_KEYS.iter().copied().zip(numbers).collect(), events_budget_share: share })
+}
+
+/// Default penalties subtracted from other peers' scores, per category.
+#[must_use]
+pub fn default_penalties() -> BTreeMap<Category, f64> {
+    use Category as C;
+    [
+        (C::Events, 0.1),
+        (C::Entities, 0.1),
+        (C::Preferences, 0.02),
+        (C::Experiences, 0.02),
+        (C::Resources, 0.02),
+        (C::Skills, 0.02),
+        (C::Memories, 0.1),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// Everything context mode needs, validated, with defaults applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AssembleParams {
+    /// The query (and, once expanded, the planned queries after it).
+    pub queries: Vec<String>,
+    /// Flat mode: entries wanted (default 10).
+    pub limit: usize,
+    /// Hits must score strictly above this (default 0.1).
+    pub score_threshold: f64,
+    /// The request's filter expression (passed to every bucket).
+    pub expr: Option<FilterExpr>,
+    /// Tags that must all be present (every bucket).
+    pub tags: Vec<String>,
+    /// A time window (every bucket).
+    pub time: Option<TimeRange>,
+    /// The budget of the rendered block (default 1600).
+    pub max_tokens: usize,
+    /// Bucketed mode: quotas per bucket (`None`: flat).
+    pub quotas: Option<Quotas>,
+    /// The purpose preset name, when one was used.
+    pub purpose: Option<String>,
+    /// The share of the budget events may take (purpose presets), if any.
+    pub events_budget_share: Option<f64>,
+    /// Tier selection.
+    pub detail: Detail,
+    /// URIs (and their subtrees) to leave out.
+    pub exclude: Vec<crate::uri::VikingUri>,
+    /// Whose memories take part.
+    pub peer_scope: PeerScope,
+    /// Penalties for other peers' hits, per category.
+    pub penalties: BTreeMap<Category, f64>,
+    /// Render the block (false: entries only, `rendered` empty).
+    pub render: bool,
+}
+
+impl Default for AssembleParams {
+    fn default() -> Self {
+        Self {
+            queries: Vec::new(),
+            limit: 10,
+            score_threshold: DEFAULT_SCORE_THRESHOLD,
+            expr: None,
+            tags: Vec::new(),
+            time: None,
+            max_tokens: DEFAULT_MAX_TOKENS,
+            quotas: None,
+            purpose: None,
+            events_budget_share: None,
+            detail: Detail::Auto,
+            exclude: Vec::new(),
+            peer_scope: PeerScope::All,
+            penalties: default_penalties(),
+            render: true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_are_the_rfc_table_with_every_bucket_at_least_one() {
+        let coding = builtin_purpose("coding").expect("coding");
+        assert_eq!(coding.quotas.get(&Category::Resources), Some(&8));
+        assert_eq!(coding.events_budget_share, 0.40);
+        let chat = builtin_purpose("chat").expect("chat");
+        assert_eq!(chat.quotas.get(&Category::Events), Some(&10));
+        for preset in [coding, chat] {
+            assert_eq!(preset.quotas.len(), 6);
+            assert!(preset.quotas.values().all(|q| *q >= 1));
+        }
+        assert!(builtin_purpose("other").is_none());
+    }
+
+    #[test]
+    fn tiers_order_by_cost() {
+        assert!(Tier::Uri < Tier::Abstract && Tier::Abstract < Tier::Overview && Tier::Overview < Tier::Full);
+        assert_eq!(Tier::parse_pinnable("uri"), None);
+        assert_eq!(Detail::Pin(Tier::Full).to_json(), json!("full"));
+        assert_eq!(Detail::Auto.to_json(), Value::Null);
+    }
+}

@@ -1,0 +1,124 @@
+//! Executing a plan's reads: only the entries planned at `overview` or
+//! `full`, at most [`READ_CONCURRENCY`] at a time, results in plan order.
+//! A text longer than planned (the file changed since it was indexed) is
+//! cut to its planned size; a failed read falls back to the abstract (or
+//! a bare URI), so the budget always holds.
+
+use futures_util::{StreamExt as _, stream};
+
+use super::candidate::Candidate;
+use super::params::Tier;
+use super::plan::Plan;
+use crate::identity::AccountId;
+use crate::index::extract::{directory_overview, file_overview, full_text};
+use crate::ingest::OVERVIEW_SIDECAR;
+use crate::store::{SharedStore, StoreError};
+use crate::tokens::{estimate_escaped_tokens, truncate_to_escaped_tokens};
+use crate::uri::tree_key;
+
+/// Reads in flight at once.
+pub const READ_CONCURRENCY: usize = 8;
+
+/// The texts of a plan's entries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reads {
+    /// Per plan entry: its tier and text after reading (a failed read falls
+    /// back to `abstract` or `uri`).
+    pub texts: Vec<(Tier, String)>,
+    /// Bytes fetched from the store.
+    pub bytes_read: u64,
+    /// Objects fetched.
+    pub reads: usize,
+    /// Read failures (at most 5, each at most 200 characters).
+    pub errors: Vec<String>,
+}
+
+/// The store key a tier of `c` is read from.
+fn key_for(account: &AccountId, c: &Candidate) -> Option<String> {
+    let target = if c.is_directory { c.uri.join(OVERVIEW_SIDECAR).ok()? } else { c.uri.clone() };
+    Some(tree_key(account, &target))
+}
+
+/// The tier's text from the object's body.
+fn extract(c: &Candidate, tier: Tier, body: &str) -> Option<String> {
+    let text = match (tier, c.is_directory) {
+        (Tier::Full, false) => Some(full_text(body).to_owned()),
+        (Tier::Overview, true) => Some(directory_overview(body).to_owned()),
+        (Tier::Overview, false) => file_overview(c.is_memory, body),
+        _ => None,
+    }?;
+    (!text.is_empty()).then_some(text)
+}
+
+/// The text to show when a read gave nothing: the abstract if it fits the
+/// planned body, else a bare URI.
+fn fallback(c: &Candidate, body_tokens: usize) -> (Tier, String) {
+    if !c.abstract_text.is_empty() && estimate_escaped_tokens(&c.abstract_text) <= body_tokens {
+        (Tier::Abstract, c.abstract_text.clone())
+    } else {
+        (Tier::Uri, String::new())
+    }
+}
+
+/// Reads what `plan` needs and returns every entry's final tier and text.
+///
+/// Cost: one GET per entry at `overview` or `full`, [`READ_CONCURRENCY`]
+/// in flight.
+pub async fn read_planned(store: &SharedStore, account: &AccountId, candidates: &[Candidate], plan: &Plan) -> Reads {
+    let jobs = plan.entries.iter().copied().map(|p| {
+        let c = &candidates[p.candidate];
+        async move {
+            match p.tier {
+                Tier::Uri => ((Tier::Uri, String::new()), None),
+                Tier::Abstract => ((Tier::Abstract, c.abstract_text.clone()), None),
+                tier @ (Tier::Overview | Tier::Full) => {
+                    let Some(key) = key_for(account, c) else { return (fallback(c, p.body_tokens), None) };
+                    match store.get(&key).await {
+                        Ok(object) => {
+                            let size = object.body.len() as u64;
+                            let body = String::from_utf8_lossy(&object.body);
+                            let read = match extract(c, tier, &body) {
+                                Some(text) => {
+                                    let fitted = truncate_to_escaped_tokens(&text, p.body_tokens);
+                                    if fitted.is_empty() {
+                                        fallback(c, p.body_tokens)
+                                    } else {
+                                        (tier, fitted.to_owned())
+                                    }
+                                }
+                                None => fallback(c, p.body_tokens),
+                            };
+                            (read, Some(Ok(size)))
+                        }
+                        Err(e) => {
+                            let message = match &e {
+                                StoreError::NotFound(_) => format!("{} is in the index but not in the store", c.uri),
+                                other => other.to_string(),
+                            };
+                            (fallback(c, p.body_tokens), Some(Err(message)))
+                        }
+                    }
+                }
+            }
+        }
+    });
+    let results: Vec<_> = stream::iter(jobs).buffered(READ_CONCURRENCY).collect().await;
+    let mut out = Reads::default();
+    for (text, read) in results {
+        out.texts.push(text);
+        match read {
+            Some(Ok(bytes)) => {
+                out.reads += 1;
+                out.bytes_read += bytes;
+            }
+            Some(Err(message)) => {
+                out.reads += 1;
+                if out.errors.len() < 5 {
+                    out.errors.push(message.chars().take(200).collect());
+                }
+            }
+            None => {}
+        }
+    }
+    out
+}
