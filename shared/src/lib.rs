@@ -14,6 +14,8 @@ pub mod find;
 pub mod identity;
 pub mod index;
 pub mod ingest;
+pub mod ledger;
+pub mod sessions;
 pub mod store;
 pub mod timeparse;
 pub mod tokens;

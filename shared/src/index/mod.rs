@@ -109,8 +109,9 @@ pub fn manifest_key(account: &AccountId) -> String {
 }
 
 /// A process-unique number: the clock's nanoseconds, the process id and a
-/// counter. Used for segment names and backoff jitter.
-fn unique() -> u64 {
+/// counter. Used for object names and backoff jitter.
+#[must_use]
+pub fn unique() -> u64 {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let n = COUNTER.fetch_add(1, AtomicOrdering::Relaxed);

@@ -1,0 +1,372 @@
+//! Sessions (CONTRACT §8): messages and a `meta.json` per session in the
+//! store, under the owner's tree — the turn clock for dedup and the context
+//! for query expansion. Sessions are never indexed.
+//!
+//! Layout under `accounts/{account}/tree/user/{user}/sessions/{id}/`:
+//! `meta.json`, `messages/{seq:010}.json`, `.recall_log.json` (the ledger).
+//!
+//! Appends are safe under concurrency: each message claims its sequence
+//! number by creating its object (create-if-absent), then `meta.json` is
+//! updated by compare-and-swap, retried on conflict. A message sent with an
+//! `id` that the session already holds is not appended again.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::identity::Identity;
+use crate::store::{PutMode, SharedStore, StoreError};
+use crate::uri::{VikingUri, tree_key};
+
+/// Compare-and-swap attempts before an append gives up.
+const CAS_ATTEMPTS: u32 = 64;
+/// Message ids remembered per session for idempotent appends.
+pub const REMEMBERED_IDS: usize = 512;
+
+/// What a session operation failed to do.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// No such session for this user.
+    #[error("session {0} not found")]
+    NotFound(String),
+    /// Stored data could not be decoded.
+    #[error("session data is corrupt: {0}")]
+    Corrupt(String),
+    /// Too many concurrent writers.
+    #[error("session {0} is too busy; retry")]
+    Contention(String),
+}
+
+/// A validated session id: 1-128 characters of `[A-Za-z0-9_.-]`, not `.`
+/// or `..`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId(String);
+
+impl SessionId {
+    /// Validates `text`.
+    ///
+    /// # Errors
+    /// A message naming the value.
+    pub fn new(text: &str) -> Result<Self, String> {
+        let ok = (1..=128).contains(&text.len())
+            && text != "."
+            && text != ".."
+            && text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        if ok {
+            Ok(Self(text.to_owned()))
+        } else {
+            Err(format!("session_id {text:?} must be 1-128 characters of [A-Za-z0-9_.-]"))
+        }
+    }
+
+    /// A fresh random-enough id (`s-` + 24 hex digits).
+    #[must_use]
+    pub fn generate() -> Self {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let mixed = nanos ^ (u128::from(std::process::id()) << 64) ^ u128::from(crate::index::unique());
+        Self(format!("s-{:024x}", mixed & ((1u128 << 96) - 1)))
+    }
+
+    /// The id as text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A session's `meta.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionMeta {
+    /// The id.
+    pub session_id: String,
+    /// Creation time (RFC 3339).
+    pub created_at: String,
+    /// Last change (RFC 3339).
+    pub updated_at: String,
+    /// Messages ever appended (monotonic).
+    pub total_message_count: u64,
+    /// User messages ever appended (monotonic): the turn clock.
+    pub user_turn_count: u64,
+    /// The most recent client message ids (for idempotent appends).
+    #[serde(default)]
+    pub recent_message_ids: VecDeque<String>,
+}
+
+/// A message as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredMessage {
+    /// The client's id, or a generated one.
+    pub id: String,
+    /// `user` or `assistant`.
+    pub role: String,
+    /// Simple content.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub content: Option<String>,
+    /// Parts (`text`, `context`, `tool`), as sent.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub parts: Option<Vec<Value>>,
+    /// When it was created (as sent, else the server's time).
+    pub created_at: String,
+    /// The client's turn id.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub turn_id: Option<String>,
+    /// `user_query`, `assistant_step`, `tool_transport` or `checkpoint`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub message_kind: Option<String>,
+    /// The peer that sent it.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub peer_id: Option<String>,
+    /// Source message ids (checkpoints).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub source_message_ids: Option<Vec<String>>,
+    /// Its sequence number in the session.
+    pub seq: u64,
+}
+
+impl StoredMessage {
+    /// The message's text: `content`, else its text parts joined by newlines.
+    #[must_use]
+    pub fn text(&self) -> String {
+        if let Some(c) = &self.content {
+            return c.clone();
+        }
+        self.parts
+            .iter()
+            .flatten()
+            .filter(|p| p.get("type").and_then(Value::as_str) == Some("text"))
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// The sessions of one user in one store.
+#[derive(Debug, Clone)]
+pub struct Sessions<'a> {
+    store: &'a SharedStore,
+    identity: &'a Identity,
+}
+
+/// What an append did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    /// The meta after the append.
+    pub meta: SessionMeta,
+    /// Whether the message was new (false: its id was already there).
+    pub added: bool,
+}
+
+impl<'a> Sessions<'a> {
+    /// The sessions of `identity`'s user.
+    #[must_use]
+    pub fn new(store: &'a SharedStore, identity: &'a Identity) -> Self {
+        Self { store, identity }
+    }
+
+    /// `viking://user/{user}/sessions/{id}`.
+    #[must_use]
+    pub fn uri(&self, id: &SessionId) -> VikingUri {
+        self.identity.user_root().join(&format!("sessions/{}", id.as_str())).expect("validated session id")
+    }
+
+    fn key(&self, id: &SessionId, rest: &str) -> String {
+        format!("{}/{rest}", tree_key(&self.identity.account, &self.uri(id)))
+    }
+
+    /// The store key of the session's dedup ledger.
+    #[must_use]
+    pub fn ledger_key(&self, id: &SessionId) -> String {
+        self.key(id, ".recall_log.json")
+    }
+
+    fn meta_key(&self, id: &SessionId) -> String {
+        self.key(id, "meta.json")
+    }
+
+    fn message_key(&self, id: &SessionId, seq: u64) -> String {
+        self.key(id, &format!("messages/{seq:010}.json"))
+    }
+
+    /// The session's meta and its etag, or `None` when it does not exist.
+    ///
+    /// # Errors
+    /// Store or decoding errors.
+    pub async fn meta(&self, id: &SessionId) -> Result<Option<(SessionMeta, String)>, SessionError> {
+        match self.store.get(&self.meta_key(id)).await {
+            Ok(object) => {
+                let meta = serde_json::from_slice(&object.body)
+                    .map_err(|e| SessionError::Corrupt(format!("meta of {}: {e}", id.as_str())))?;
+                Ok(Some((meta, object.meta.etag)))
+            }
+            Err(StoreError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Creates the session if it does not exist; returns its meta and
+    /// whether it was created now.
+    ///
+    /// # Errors
+    /// Store or decoding errors.
+    pub async fn create(&self, id: &SessionId, now: &str) -> Result<(SessionMeta, bool), SessionError> {
+        if let Some((meta, _)) = self.meta(id).await? {
+            return Ok((meta, false));
+        }
+        let meta = SessionMeta {
+            session_id: id.as_str().to_owned(),
+            created_at: now.to_owned(),
+            updated_at: now.to_owned(),
+            total_message_count: 0,
+            user_turn_count: 0,
+            recent_message_ids: VecDeque::new(),
+        };
+        match self.store.put(&self.meta_key(id), encode(&meta)?, PutMode::CreateNew).await {
+            Ok(_) => Ok((meta, true)),
+            Err(StoreError::Conflict(_)) => {
+                let (meta, _) = self.meta(id).await?.ok_or_else(|| SessionError::NotFound(id.as_str().to_owned()))?;
+                Ok((meta, false))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Appends `message` (its `seq` is assigned here), creating the session
+    /// when needed. A message whose `id` the session already holds is not
+    /// appended again.
+    ///
+    /// Cost: a meta read, a message create and a meta compare-and-swap per
+    /// attempt; attempts repeat only under contention.
+    ///
+    /// # Errors
+    /// Store errors, or contention after many retries.
+    pub async fn append(
+        &self,
+        id: &SessionId,
+        mut message: StoredMessage,
+        now: &str,
+    ) -> Result<Appended, SessionError> {
+        self.create(id, now).await?;
+        let is_user = message.role == "user";
+        let mut claimed: Option<u64> = None;
+        for attempt in 1..=CAS_ATTEMPTS {
+            let (mut meta, etag) =
+                self.meta(id).await?.ok_or_else(|| SessionError::NotFound(id.as_str().to_owned()))?;
+            if meta.recent_message_ids.contains(&message.id) {
+                if let Some(seq) = claimed {
+                    // A concurrent retry of the same message won: give our slot back.
+                    let _ = self.store.delete(&self.message_key(id, seq)).await;
+                }
+                return Ok(Appended { meta, added: false });
+            }
+            let seq = match claimed {
+                Some(seq) => seq,
+                None => {
+                    let mut seq = meta.total_message_count;
+                    loop {
+                        message.seq = seq;
+                        let body = encode(&message)?;
+                        match self.store.put(&self.message_key(id, seq), body, PutMode::CreateNew).await {
+                            Ok(_) => break,
+                            Err(StoreError::Conflict(_)) => seq += 1,
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                    claimed = Some(seq);
+                    seq
+                }
+            };
+            meta.total_message_count = meta.total_message_count.max(seq + 1);
+            if is_user {
+                meta.user_turn_count += 1;
+            }
+            meta.updated_at = now.to_owned();
+            meta.recent_message_ids.push_back(message.id.clone());
+            while meta.recent_message_ids.len() > REMEMBERED_IDS {
+                meta.recent_message_ids.pop_front();
+            }
+            match self.store.put(&self.meta_key(id), encode(&meta)?, PutMode::IfMatch(etag)).await {
+                Ok(_) => return Ok(Appended { meta, added: true }),
+                Err(StoreError::Conflict(_)) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(
+                        u64::from(attempt.min(10)) * 3 + crate::index::unique() % 7,
+                    ))
+                    .await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(SessionError::Contention(id.as_str().to_owned()))
+    }
+
+    /// The last `n` messages (by sequence), oldest first.
+    ///
+    /// # Errors
+    /// Store or decoding errors.
+    pub async fn recent_messages(
+        &self,
+        id: &SessionId,
+        total: u64,
+        n: u64,
+    ) -> Result<Vec<StoredMessage>, SessionError> {
+        let mut out = Vec::new();
+        for seq in total.saturating_sub(n)..total {
+            match self.store.get(&self.message_key(id, seq)).await {
+                Ok(object) => out.push(
+                    serde_json::from_slice(&object.body)
+                        .map_err(|e| SessionError::Corrupt(format!("message {seq} of {}: {e}", id.as_str())))?,
+                ),
+                Err(StoreError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Bytes, SessionError> {
+    serde_json::to_vec(value).map(Bytes::from).map_err(|e| SessionError::Corrupt(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_are_validated() {
+        assert!(SessionId::new("abc-123_x.y").is_ok());
+        for bad in ["", ".", "..", "a/b", "a b", "../x", &"x".repeat(129)] {
+            assert!(SessionId::new(bad).is_err(), "{bad:?}");
+        }
+        let generated = SessionId::generate();
+        assert!(SessionId::new(generated.as_str()).is_ok());
+        assert_ne!(generated, SessionId::generate());
+    }
+
+    #[test]
+    fn message_text_is_content_or_text_parts() {
+        let mut m = StoredMessage {
+            id: "m".into(),
+            role: "user".into(),
+            content: None,
+            parts: Some(vec![
+                serde_json::json!({"type": "text", "text": "a"}),
+                serde_json::json!({"type": "context", "uri": "viking://x"}),
+                serde_json::json!({"type": "text", "text": "b"}),
+            ]),
+            created_at: String::new(),
+            turn_id: None,
+            message_kind: None,
+            peer_id: None,
+            source_message_ids: None,
+            seq: 0,
+        };
+        assert_eq!(m.text(), "a\nb");
+        m.content = Some("c".into());
+        assert_eq!(m.text(), "c");
+    }
+}
