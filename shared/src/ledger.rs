@@ -140,6 +140,12 @@ impl<'a> Ledger<'a> {
         Self { store, key, turn, dedup_turns, cooled, status }
     }
 
+    /// The turn clock this ledger was loaded at.
+    #[must_use]
+    pub fn turn(&self) -> u64 {
+        self.turn
+    }
+
     /// The cooled URIs as URIs (invalid ones are skipped).
     #[must_use]
     pub fn cooled_uris(&self) -> HashSet<VikingUri> {

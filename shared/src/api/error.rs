@@ -66,9 +66,9 @@ pub enum ApiError {
     /// No such thing (or route): 404.
     #[error("{0}")]
     NotFound(String),
-    /// Wrong method for the route: 405.
-    #[error("method {0} is not allowed here; use POST")]
-    MethodNotAllowed(String),
+    /// Wrong method for the route (the method sent, the one allowed): 405.
+    #[error("method {0} is not allowed here; use {1}")]
+    MethodNotAllowed(String, String),
     /// The body is over the limit: 413.
     #[error("request body is {size} bytes; the limit is {limit} bytes")]
     PayloadTooLarge {
@@ -103,7 +103,7 @@ impl ApiError {
             Self::Unauthenticated(_) => 401,
             Self::PermissionDenied(_) => 403,
             Self::NotFound(_) => 404,
-            Self::MethodNotAllowed(_) => 405,
+            Self::MethodNotAllowed(..) => 405,
             Self::Conflict(_) => 409,
             Self::PayloadTooLarge { .. } => 413,
             Self::Internal(_) => 500,
@@ -119,7 +119,7 @@ impl ApiError {
             Self::Unauthenticated(_) => "UNAUTHENTICATED",
             Self::PermissionDenied(_) => "PERMISSION_DENIED",
             Self::NotFound(_) => "NOT_FOUND",
-            Self::MethodNotAllowed(_) => "METHOD_NOT_ALLOWED",
+            Self::MethodNotAllowed(..) => "METHOD_NOT_ALLOWED",
             Self::Conflict(_) => "CONFLICT",
             Self::PayloadTooLarge { .. } => "PAYLOAD_TOO_LARGE",
             Self::Internal(_) => "INTERNAL",

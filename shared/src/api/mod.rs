@@ -18,7 +18,10 @@ pub mod error;
 pub mod fields;
 pub mod find;
 #[cfg(feature = "assemble")]
+pub mod recall;
+#[cfg(feature = "assemble")]
 pub mod search;
+pub mod sessions;
 
 use error::ApiError;
 
@@ -44,9 +47,17 @@ pub struct Admitted<'a> {
 /// 405 for a method other than POST, 413 over the body limit, 401/400 for
 /// identity problems.
 pub fn admit<'a>(app: &App, request: &'a Request<Bytes>) -> Result<Admitted<'a>, ApiError> {
+    admit_method(app, request, &Method::POST)
+}
+
+/// [`admit`] for a route served with `method`.
+///
+/// # Errors
+/// As [`admit`].
+pub fn admit_method<'a>(app: &App, request: &'a Request<Bytes>, method: &Method) -> Result<Admitted<'a>, ApiError> {
     let started = Instant::now();
-    if request.method() != Method::POST {
-        return Err(ApiError::MethodNotAllowed(request.method().to_string()));
+    if request.method() != method {
+        return Err(ApiError::MethodNotAllowed(request.method().to_string(), method.to_string()));
     }
     let body = request.body().as_ref();
     let limit = app.config.limits.max_body_bytes;

@@ -22,6 +22,8 @@ use crate::assemble::{Assembled, assemble};
 use crate::find::{authorize_targets, find};
 use crate::identity::Identity;
 use crate::index::{Category, Exclusion};
+use crate::ledger::{DedupStatus, Ledger};
+use crate::sessions::{SessionId, Sessions};
 use crate::uri::VikingUri;
 
 /// Fields only context mode accepts.
@@ -113,6 +115,9 @@ pub fn parse(bytes: &[u8], now: i64) -> Result<SearchRequest, ApiError> {
         ));
     }
     let session_id = body.string("session_id").filter(|s| !s.is_empty());
+    if let Some(Err(e)) = session_id.as_deref().map(SessionId::new) {
+        body.error(value_error("session_id", e));
+    }
     let mut request = SearchRequest {
         mode,
         common,
@@ -363,14 +368,49 @@ async fn run(app: &App, admitted: &Admitted<'_>) -> Result<(Value, bool), ApiErr
 pub async fn context(app: &App, identity: &Identity, request: &SearchRequest) -> Result<Value, ApiError> {
     authorize_targets(identity, &request.assemble.exclude)
         .map_err(|_| ApiError::PermissionDenied("exclude_uris names a URI outside the caller's tree".into()))?;
-    let exclusion = Exclusion { subtrees: request.assemble.exclude.clone(), ..Exclusion::default() };
+    let mut exclusion = Exclusion { subtrees: request.assemble.exclude.clone(), ..Exclusion::default() };
+    let ledger = match (&request.session_id, request.dedup_turns) {
+        (Some(id), turns) if turns > 0 => Some(open_ledger(app, identity, id, turns).await?),
+        _ => None,
+    };
+    if let Some(ledger) = &ledger {
+        exclusion.exact = ledger.cooled_uris();
+    }
     let assembled = assemble(app, identity, &request.assemble, &exclusion).await?;
-    Ok(context_result(assembled, request))
+    let dedup = match &ledger {
+        None => DedupStatus::off(u64::from(request.dedup_turns)),
+        Some(ledger) => {
+            let served: Vec<(String, String)> =
+                assembled.entries.iter().map(|e| (e.candidate.uri.to_string(), e.tier.as_str().to_owned())).collect();
+            let status = ledger.record(&served).await;
+            DedupStatus {
+                turns: u64::from(request.dedup_turns),
+                status,
+                cooled: ledger.cooled.len(),
+                turn: Some(ledger.turn()),
+            }
+        }
+    };
+    Ok(context_result(assembled, request, &dedup))
+}
+
+/// The session's ledger at its current turn (its `user_turn_count`; 0 for
+/// a session that does not exist yet).
+///
+/// # Errors
+/// 400 for a malformed session id; 503 when the session's meta cannot be
+/// read.
+async fn open_ledger<'a>(app: &'a App, identity: &Identity, id: &str, turns: u32) -> Result<Ledger<'a>, ApiError> {
+    let id =
+        SessionId::new(id).map_err(|e| ApiError::field("session_id", "value_error", format!("Value error, {e}")))?;
+    let sessions = Sessions::new(&app.store, identity);
+    let turn = sessions.meta(&id).await?.map_or(0, |(meta, _)| meta.user_turn_count);
+    Ok(Ledger::load(&app.store, sessions.ledger_key(&id), turn, u64::from(turns)).await)
 }
 
 /// The context-mode result: entries, rendered block, digest and stats.
 #[must_use]
-pub fn context_result(assembled: Assembled, request: &SearchRequest) -> Value {
+pub fn context_result(assembled: Assembled, request: &SearchRequest, dedup: &DedupStatus) -> Value {
     let Assembled { entries, rendered, mut stats } = assembled;
     let mut put = |k: &str, v: Value| {
         stats.insert(k.to_owned(), v);
@@ -379,7 +419,7 @@ pub fn context_result(assembled: Assembled, request: &SearchRequest) -> Value {
     put("planned_queries", json!([]));
     put("rewrite", json!("off"));
     put("rewrite_usage", Value::Null);
-    put("dedup", json!({ "turns": request.dedup_turns, "status": "off", "cooled": 0, "turn": Value::Null }));
+    put("dedup", dedup.to_json());
     if !request.ignored.is_empty() {
         put("ignored", json!(request.ignored));
     }

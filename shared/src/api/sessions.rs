@@ -1,0 +1,298 @@
+//! The `sessions` routes (CONTRACT §8), shapes as the reference:
+//!
+//! - `POST /api/v1/sessions` — create (an id may be given; else one is made)
+//! - `POST /api/v1/sessions/{id}/messages` — append one (creates the session)
+//! - `POST /api/v1/sessions/{id}/messages/batch` — append up to 100, in order
+//! - `GET /api/v1/sessions/{id}` — the session's counters
+//!
+//! A session lives under its user's tree, so another user's id is simply
+//! not found (404), never its content.
+
+use bytes::Bytes;
+use http::{Method, Request, Response};
+use serde_json::{Value, json};
+
+use super::error::{ApiError, FieldError};
+use super::fields::Body;
+use super::{Admitted, admit_method, error_response, ok};
+use crate::app::App;
+use crate::sessions::{SessionError, SessionId, SessionMeta, Sessions, StoredMessage};
+
+/// Messages a batch may hold.
+pub const MAX_BATCH: usize = 100;
+
+/// Fields of one message (the reference's `AddMessageRequest`, plus `id`
+/// for idempotent retries).
+const MESSAGE_FIELDS: &[&str] = &[
+    "role",
+    "content",
+    "parts",
+    "created_at",
+    "turn_id",
+    "message_kind",
+    "source_message_ids",
+    "peer_id",
+    "telemetry",
+    "id",
+];
+
+impl From<SessionError> for ApiError {
+    fn from(e: SessionError) -> Self {
+        match e {
+            SessionError::Store(s) => s.into(),
+            SessionError::NotFound(id) => Self::NotFound(format!("session {id} not found")),
+            SessionError::Corrupt(_) => Self::Internal(e.to_string()),
+            SessionError::Contention(_) => Self::Conflict(e.to_string()),
+        }
+    }
+}
+
+/// The route a path names.
+#[derive(Debug, PartialEq, Eq)]
+enum Route {
+    Create,
+    Get(String),
+    Append(String),
+    Batch(String),
+}
+
+fn route(method: &Method, path: &str) -> Result<Route, ApiError> {
+    let rest = path.trim_end_matches('/').strip_prefix("/api/v1/sessions").unwrap_or("\u{0}");
+    let parts: Vec<&str> = rest.split('/').skip(1).collect();
+    let not_found = || ApiError::NotFound(format!("no route {method} {path}"));
+    let want = |m: &Method, r: Route| {
+        if method == m { Ok(r) } else { Err(ApiError::MethodNotAllowed(method.to_string(), m.to_string())) }
+    };
+    match (rest, parts.as_slice()) {
+        ("", _) => want(&Method::POST, Route::Create),
+        (_, [id]) => want(&Method::GET, Route::Get((*id).to_owned())),
+        (_, [id, "messages"]) => want(&Method::POST, Route::Append((*id).to_owned())),
+        (_, [id, "messages", "batch"]) => want(&Method::POST, Route::Batch((*id).to_owned())),
+        _ => Err(not_found()),
+    }
+}
+
+fn session_id(text: &str, field: Option<&str>) -> Result<SessionId, ApiError> {
+    SessionId::new(text).map_err(|e| match field {
+        Some(f) => ApiError::field(f, "value_error", format!("Value error, {e}")),
+        None => ApiError::InvalidArgument(e),
+    })
+}
+
+fn now_text() -> String {
+    time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+}
+
+/// Handles every sessions route.
+pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
+    let route = match route(request.method(), request.uri().path()) {
+        Ok(r) => r,
+        Err(e) => return error_response(&e),
+    };
+    let method = if matches!(route, Route::Get(_)) { Method::GET } else { Method::POST };
+    let admitted = match admit_method(app, &request, &method) {
+        Ok(a) => a,
+        Err(e) => return error_response(&e),
+    };
+    match run(app, &admitted, route).await {
+        Ok(result) => ok(result, None),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn run(app: &App, admitted: &Admitted<'_>, route: Route) -> Result<Value, ApiError> {
+    let sessions = Sessions::new(&app.store, &admitted.identity);
+    let now = now_text();
+    match route {
+        Route::Create => {
+            // As the reference, the create body is lenient: only `session_id` is read.
+            let body = Body::parse(admitted.body, &[])?;
+            let id = match body.raw("session_id") {
+                None => SessionId::generate(),
+                Some(Value::String(s)) if s.is_empty() => SessionId::generate(),
+                Some(Value::String(s)) => session_id(s, Some("session_id"))?,
+                Some(_) => return Err(ApiError::field("session_id", "string_type", "Input should be a valid string")),
+            };
+            let (meta, _) = sessions.create(&id, &now).await?;
+            Ok(json!({
+                "session_id": id.as_str(),
+                "uri": sessions.uri(&id).as_str(),
+                "user": { "account_id": admitted.identity.account.as_str(), "user_id": admitted.identity.user.as_str() },
+                "created_at": meta.created_at,
+            }))
+        }
+        Route::Get(id) => {
+            let id = session_id(&id, None)?;
+            let (meta, _) = sessions
+                .meta(&id)
+                .await?
+                .ok_or_else(|| ApiError::NotFound(format!("session {} not found", id.as_str())))?;
+            Ok(info(&sessions, &id, &meta))
+        }
+        Route::Append(id) => {
+            let id = session_id(&id, None)?;
+            let mut body = Body::parse(admitted.body, MESSAGE_FIELDS)?;
+            let message = parse_message(&mut body, &now);
+            body.finish()?;
+            let message = message.ok_or_else(|| ApiError::InvalidArgument("invalid message".into()))?;
+            let appended = sessions.append(&id, message, &now).await?;
+            Ok(json!({
+                "session_id": id.as_str(),
+                "message_count": appended.meta.total_message_count,
+                "user_turn_count": appended.meta.user_turn_count,
+                "added": appended.added,
+                "pending_tokens": 0,
+            }))
+        }
+        Route::Batch(id) => {
+            let id = session_id(&id, None)?;
+            let mut body = Body::parse(admitted.body, &["messages", "telemetry"])?;
+            let items = match body.raw("messages") {
+                Some(Value::Array(items)) => items.clone(),
+                Some(_) => {
+                    body.error(FieldError::new("messages", "list_type", "Input should be a valid list"));
+                    Vec::new()
+                }
+                None => {
+                    body.error(FieldError::new("messages", "missing", "Field required"));
+                    Vec::new()
+                }
+            };
+            if items.len() > MAX_BATCH {
+                body.error(FieldError::new(
+                    "messages",
+                    "too_long",
+                    format!("List should have at most {MAX_BATCH} items after validation, not {}", items.len()),
+                ));
+            }
+            let mut messages = Vec::new();
+            if items.len() <= MAX_BATCH {
+                for (i, item) in items.iter().enumerate() {
+                    let bytes = serde_json::to_vec(item).unwrap_or_default();
+                    match Body::parse(&bytes, MESSAGE_FIELDS) {
+                        Ok(mut inner) => {
+                            let message = parse_message(&mut inner, &now);
+                            match inner.finish() {
+                                Ok(_) => messages.extend(message),
+                                Err(ApiError::Validation(errors)) => {
+                                    for mut e in errors {
+                                        let mut loc = vec![json!("body"), json!("messages"), json!(i)];
+                                        loc.extend(e.loc.drain(1..));
+                                        e.loc = loc;
+                                        body.error(e);
+                                    }
+                                }
+                                Err(other) => return Err(other),
+                            }
+                        }
+                        Err(_) => body.error(
+                            FieldError::new("messages", "model_attributes_type", "Input should be a valid dictionary")
+                                .at(i),
+                        ),
+                    }
+                }
+            }
+            body.finish()?;
+            let mut added = 0;
+            let mut meta = None;
+            for message in messages {
+                let appended = sessions.append(&id, message, &now).await?;
+                added += usize::from(appended.added);
+                meta = Some(appended.meta);
+            }
+            let meta = match meta {
+                Some(m) => m,
+                None => sessions.create(&id, &now).await?.0,
+            };
+            Ok(json!({
+                "session_id": id.as_str(),
+                "message_count": meta.total_message_count,
+                "user_turn_count": meta.user_turn_count,
+                "added": added,
+                "pending_tokens": 0,
+            }))
+        }
+    }
+}
+
+fn info(sessions: &Sessions<'_>, id: &SessionId, meta: &SessionMeta) -> Value {
+    json!({
+        "session_id": id.as_str(),
+        "uri": sessions.uri(id).as_str(),
+        "created_at": meta.created_at,
+        "updated_at": meta.updated_at,
+        "message_count": meta.total_message_count,
+        "total_message_count": meta.total_message_count,
+        "user_turn_count": meta.user_turn_count,
+    })
+}
+
+/// One message from `body`, or `None` with the problems recorded in `body`
+/// (batch callers prefix their locations with the message's index).
+fn parse_message(body: &mut Body, now: &str) -> Option<StoredMessage> {
+    let role = match body.raw("role") {
+        None => {
+            body.error(FieldError::new("role", "missing", "Field required"));
+            None
+        }
+        Some(_) => body.literal("role", &["user", "assistant"]),
+    };
+    let content = body.string("content");
+    let parts = match body.raw("parts") {
+        None => None,
+        Some(Value::Array(items)) if items.iter().all(Value::is_object) => Some(items.clone()),
+        Some(_) => {
+            body.error(FieldError::new("parts", "list_type", "Input should be a valid list of objects"));
+            None
+        }
+    };
+    let has_text =
+        content.as_deref().is_some_and(|c| !c.trim().is_empty()) || parts.as_ref().is_some_and(|p| !p.is_empty());
+    if !has_text && !body.has_error("content") && !body.has_error("parts") {
+        body.error(FieldError::new(
+            "content",
+            "value_error",
+            "Value error, a message needs non-empty content or parts",
+        ));
+    }
+    let created_at = body.string("created_at");
+    let turn_id = body.string("turn_id");
+    let message_kind = body.literal("message_kind", &["user_query", "assistant_step", "tool_transport", "checkpoint"]);
+    let source_message_ids = body.string_list("source_message_ids");
+    let peer_id = body.string("peer_id");
+    let id = body.string("id").filter(|s| !s.is_empty());
+    if id.as_ref().is_some_and(|s| s.len() > 256) {
+        body.error(FieldError::new("id", "string_too_long", "String should have at most 256 characters"));
+    }
+    Some(StoredMessage {
+        id: id.unwrap_or_else(|| format!("m-{:016x}", crate::index::unique())),
+        role: role?,
+        // Parts win over content, as the reference.
+        content: if parts.is_some() { None } else { content },
+        parts,
+        created_at: created_at.unwrap_or_else(|| now.to_owned()),
+        turn_id,
+        message_kind,
+        peer_id,
+        source_message_ids,
+        seq: 0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_route_by_method() {
+        let post = Method::POST;
+        assert_eq!(route(&post, "/api/v1/sessions").ok(), Some(Route::Create));
+        assert_eq!(route(&post, "/api/v1/sessions/").ok(), Some(Route::Create));
+        assert_eq!(route(&Method::GET, "/api/v1/sessions/s1").ok(), Some(Route::Get("s1".into())));
+        assert_eq!(route(&post, "/api/v1/sessions/s1/messages").ok(), Some(Route::Append("s1".into())));
+        assert_eq!(route(&post, "/api/v1/sessions/s1/messages/batch").ok(), Some(Route::Batch("s1".into())));
+        assert_eq!(route(&post, "/api/v1/sessions/s1").map_err(|e| e.status()).err(), Some(405));
+        assert_eq!(route(&post, "/api/v1/sessions/s1/other").map_err(|e| e.status()).err(), Some(404));
+        assert_eq!(route(&post, "/api/v1/sessionsx").map_err(|e| e.status()).err(), Some(404));
+    }
+}
