@@ -1,8 +1,10 @@
 //! An [`App`] over a small ingested corpus, and requests to it through the
 //! Lambda edge: tests build a real `lambda_http::Request` (method, path,
 //! headers, body and, for authorizer tests, an API Gateway v2 request
-//! context with JWT claims), run it through [`skald_lambda::serve`] and read
-//! the `lambda_http::Response` back as status and JSON.
+//! context with JWT claims), run it through [`skald_lambda::serve`] into
+//! `find` ([`call_find`], [`FIND_PATH`]) or `search` ([`call_search`],
+//! [`SEARCH_PATH`]) and read the `lambda_http::Response` back as status and
+//! JSON.
 //!
 //! Each [`app_with_corpus`] call writes its files into a fresh source
 //! directory, opens a [`LocalStore`] in another, and ingests the tree for
@@ -30,6 +32,9 @@ use skald::store::local::LocalStore;
 
 /// The route under test.
 pub const FIND_PATH: &str = "/api/v1/search/find";
+
+/// The composite search route (`mode` = `list` | `context`).
+pub const SEARCH_PATH: &str = "/api/v1/search/search";
 
 /// The account every fixture corpus is ingested into.
 pub const ACCOUNT: &str = "default";
@@ -200,9 +205,19 @@ pub async fn app_with_corpus(files: &[(&str, &str)], dev_mode: bool) -> (Arc<App
 /// When a header name or value is invalid.
 #[must_use]
 pub fn request(method: &str, headers: &[(&str, &str)], body: Body) -> lambda_http::Request {
+    request_to(FIND_PATH, method, headers, body)
+}
+
+/// A Lambda request to `path` (e.g. [`SEARCH_PATH`]) with `method`,
+/// `headers` and `body`.
+///
+/// # Panics
+/// When a header name or value is invalid.
+#[must_use]
+pub fn request_to(path: &str, method: &str, headers: &[(&str, &str)], body: Body) -> lambda_http::Request {
     let mut builder = lambda_http::http::Request::builder()
         .method(method)
-        .uri(format!("https://api.example.com{FIND_PATH}"))
+        .uri(format!("https://api.example.com{path}"))
         .header("content-type", "application/json");
     for (name, value) in headers {
         builder = builder.header(*name, *value);
@@ -214,6 +229,12 @@ pub fn request(method: &str, headers: &[(&str, &str)], body: Body) -> lambda_htt
 #[must_use]
 pub fn post_json(body: &Value, headers: &[(&str, &str)]) -> lambda_http::Request {
     request("POST", headers, Body::Text(body.to_string()))
+}
+
+/// A `POST` of `body` as JSON text to [`SEARCH_PATH`], with `headers`.
+#[must_use]
+pub fn post_search_json(body: &Value, headers: &[(&str, &str)]) -> lambda_http::Request {
+    request_to(SEARCH_PATH, "POST", headers, Body::Text(body.to_string()))
 }
 
 /// `request` as API Gateway (HTTP API, payload 2.0) delivers it after a JWT
@@ -250,7 +271,28 @@ pub struct Answer {
 /// When the response body is not JSON text.
 pub async fn call_find(app: &Arc<App>, event: lambda_http::Request) -> Answer {
     let handler = |app: Arc<App>, request| async move { skald::api::find::handle(&app, request).await };
-    let response = skald_lambda::serve(app, &handler, event).await;
+    answer(skald_lambda::serve(app, &handler, event).await)
+}
+
+/// Runs `event` through the Lambda edge ([`skald_lambda::serve`]) into the
+/// `search` handler, as the `search-context` function binary does.
+///
+/// # Panics
+/// When the response body is not JSON text.
+pub async fn call_search(app: &Arc<App>, event: lambda_http::Request) -> Answer {
+    let handler = |app: Arc<App>, request| async move { skald::api::search::handle(&app, request).await };
+    answer(skald_lambda::serve(app, &handler, event).await)
+}
+
+/// POSTs `body` to `search` as the default dev-mode caller (no headers)
+/// and returns the status and the JSON body.
+pub async fn search(app: &Arc<App>, body: &Value) -> (u16, Value) {
+    let answer = call_search(app, post_search_json(body, &[])).await;
+    (answer.status, answer.json)
+}
+
+/// A Lambda response as an [`Answer`].
+fn answer(response: lambda_http::Response<Body>) -> Answer {
     let status = response.status().as_u16();
     let content_type =
         response.headers().get("content-type").and_then(|v| v.to_str().ok()).map(std::borrow::ToOwned::to_owned);
@@ -269,3 +311,74 @@ pub async fn find(app: &Arc<App>, body: &Value) -> (u16, Value) {
     let answer = call_find(app, post_json(body, &[])).await;
     (answer.status, answer.json)
 }
+
+/// A corpus for context mode (`POST /search` with `mode = "context"`),
+/// as `(viking path without the scheme, file text)`, around the query
+/// "kubernetes cluster upgrade": for user `default`, memories in every
+/// bucket (events with a frontmatter tag and a trailing `MEMORY_FIELDS`
+/// block, entities, a preference, an experience), a `profile.md` full of
+/// the query's words (never a candidate), resources (a runbook file, a
+/// `runbooks` directory with both sidecars, an unrelated note), a user
+/// skill and a shared skill; one memory of peer `p1`; and one of user
+/// `bob` (never visible to `default`).
+///
+/// What user `default` can see as distinct nodes: 7 memories (3 events,
+/// 2 entities, 1 preference, 1 experience), 3 resources (2 files and the
+/// directory), 2 skills, and peer `p1`'s event: 13.
+pub const CONTEXT_CORPUS: &[(&str, &str)] = &[
+    (
+        "user/default/memories/profile.md",
+        "# Summary\nKubernetes cluster upgrade expert who runs a kubernetes cluster upgrade every week.\n",
+    ),
+    (
+        "user/default/memories/events/2025/04/02/cluster-upgrade.md",
+        "---\ntags: [team=platform]\n---\n# Summary\nUpgraded the kubernetes cluster to version 1.30 with no downtime.\n\n# Wed 2025-04-02 ChatLog:\nWe drained nodes one by one and watched the pods reschedule.\n\n<!-- MEMORY_FIELDS\n{\"importance\": 3}\n-->\n",
+    ),
+    (
+        "user/default/memories/events/2025/05/20/cluster-rollback.md",
+        "# Summary\nRolled back the kubernetes cluster upgrade after an etcd alarm.\n\n# Tue 2025-05-20 ChatLog:\nThe etcd quorum recovered after the rollback.\n",
+    ),
+    (
+        "user/default/memories/events/2024/11/03/dinner.md",
+        "# Summary\nDinner with the family at the seaside restaurant.\n",
+    ),
+    (
+        "user/default/memories/entities/infra/prod-cluster.md",
+        "The prod kubernetes cluster runs 40 nodes in three zones.\n",
+    ),
+    ("user/default/memories/entities/people/dana.md", "Dana owns the kubernetes cluster upgrade runbook.\n"),
+    (
+        "user/default/memories/preferences/default/upgrades.md",
+        "# Summary\nPrefers blue-green cluster upgrades over in-place upgrades.\n",
+    ),
+    (
+        "user/default/memories/experiences/upgrade-lessons.md",
+        "# Summary\nAlways snapshot etcd before a kubernetes cluster upgrade.\n\n# Details\nA missing snapshot cost a day of work in 2024.\n",
+    ),
+    (
+        "resources/runbooks/cluster-upgrade.md",
+        "---\ntags: [team=platform, env=prod]\n---\n# Cluster upgrade runbook\n\nSteps for a kubernetes cluster upgrade: drain, upgrade, uncordon.\n\n## Drain\nDrain each node.\n\n## Upgrade\nUpgrade the control plane first.\n",
+    ),
+    ("resources/runbooks/.abstract.md", "Runbooks for kubernetes cluster operations."),
+    (
+        "resources/runbooks/.overview.md",
+        "# Runbooks overview\n\nRunbooks: kubernetes cluster upgrade, node drain, and etcd backup.\n",
+    ),
+    ("resources/notes/gardening.md", "# Gardening\n\nTomatoes need sun and water every morning.\n"),
+    (
+        "user/default/skills/cluster-upgrade/SKILL.md",
+        "---\nname: cluster-upgrade\n---\n# Cluster upgrade skill\n\nRun a kubernetes cluster upgrade with kubeadm.\n",
+    ),
+    (
+        "agent/skills/kubectl/SKILL.md",
+        "---\nname: kubectl\n---\n# kubectl\n\nRun kubectl commands against a kubernetes cluster.\n",
+    ),
+    (
+        "user/default/peers/p1/memories/events/2025/06/11/staging-upgrade.md",
+        "# Summary\nPeer p1 upgraded the staging kubernetes cluster.\n",
+    ),
+    (
+        "user/bob/memories/events/2025/04/02/bob-upgrade.md",
+        "# Summary\nBob did a kubernetes cluster upgrade of his own.\n",
+    ),
+];

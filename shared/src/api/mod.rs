@@ -14,6 +14,8 @@ use crate::app::App;
 use crate::identity::Identity;
 
 pub mod auth;
+#[cfg(feature = "assemble")]
+pub mod bootstrap;
 pub mod error;
 pub mod fields;
 pub mod find;

@@ -41,6 +41,12 @@ pub const CONTEXT_ONLY_FIELDS: &[&str] = &[
     "rewrite_max_bullets",
 ];
 
+/// Fields bootstrap mode accepts (`query` is accepted and unused).
+pub const BOOTSTRAP_FIELDS: &[&str] = &["mode", "query", "max_tokens", "session_id", "since", "telemetry"];
+
+/// `working_state`'s default window: 7 days.
+pub const BOOTSTRAP_DEFAULT_WINDOW_S: i64 = 7 * 86_400;
+
 /// Fields `search` adds to `find`'s.
 const SEARCH_FIELDS: &[&str] = &["session_id", "mode", "search_type"];
 
@@ -51,6 +57,8 @@ pub enum Mode {
     List,
     /// The assembled block.
     Context,
+    /// The session-start block from the slot manifest.
+    Bootstrap,
 }
 
 /// `rewrite`: off, on, or on when a query-planner model is configured.
@@ -104,8 +112,9 @@ fn value_error(field: &str, message: impl std::fmt::Display) -> FieldError {
 pub fn parse(bytes: &[u8], now: i64) -> Result<SearchRequest, ApiError> {
     let mut body = Body::parse(bytes, &all_fields())?;
     let common = parse_common(&mut body, now);
-    let mode = match body.literal("mode", &["list", "context"]).as_deref() {
+    let mode = match body.literal("mode", &["list", "context", "bootstrap"]).as_deref() {
         Some("context") => Mode::Context,
+        Some("bootstrap") => Mode::Bootstrap,
         _ => Mode::List,
     };
     if body.literal("search_type", &["semantic", "keywords"]).as_deref() == Some("keywords") {
@@ -140,6 +149,16 @@ pub fn parse(bytes: &[u8], now: i64) -> Result<SearchRequest, ApiError> {
             }
         }
         Mode::Context => parse_context(&mut body, &mut request),
+        Mode::Bootstrap => {
+            let sent: Vec<&str> =
+                all_fields().into_iter().filter(|f| body.sent(f) && !BOOTSTRAP_FIELDS.contains(f)).collect();
+            for field in sent {
+                body.error(value_error(field, format!("{field} is not supported in mode='bootstrap'")));
+            }
+            if let Some(n) = body.int("max_tokens", Some(MIN_MAX_TOKENS as i64), Some(MAX_MAX_TOKENS as i64)) {
+                request.assemble.max_tokens = usize::try_from(n).unwrap_or(MIN_MAX_TOKENS);
+            }
+        }
     }
     body.finish()?;
     Ok(request)
@@ -346,7 +365,9 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
 
 async fn run(app: &App, admitted: &Admitted<'_>) -> Result<(Value, bool), ApiError> {
     let request = parse(admitted.body, admitted.now)?;
-    check_query(app, &request.common.params.query, request.common.has_image)?;
+    if request.mode != Mode::Bootstrap {
+        check_query(app, &request.common.params.query, request.common.has_image)?;
+    }
     let wants_telemetry = request.common.telemetry;
     let result = match request.mode {
         Mode::List => {
@@ -355,8 +376,34 @@ async fn run(app: &App, admitted: &Admitted<'_>) -> Result<(Value, bool), ApiErr
             find(app, &admitted.identity, &params, admitted.now).await?
         }
         Mode::Context => context(app, &admitted.identity, &request).await?,
+        Mode::Bootstrap => bootstrap(app, &admitted.identity, &request, admitted.now).await?,
     };
     Ok((result, wants_telemetry))
+}
+
+/// Runs bootstrap mode: the slot manifest, planned and rendered within
+/// `max_tokens`. No model, no semantic search.
+///
+/// # Errors
+/// 400 for a malformed session id; 503 when a dependency fails.
+pub async fn bootstrap(app: &App, identity: &Identity, request: &SearchRequest, now: i64) -> Result<Value, ApiError> {
+    let session_id = request
+        .session_id
+        .as_deref()
+        .map(SessionId::new)
+        .transpose()
+        .map_err(|e| ApiError::field("session_id", "value_error", format!("Value error, {e}")))?;
+    let since = request.common.params.time.and_then(|t| t.since).unwrap_or(now - BOOTSTRAP_DEFAULT_WINDOW_S);
+    let params = crate::assemble::bootstrap::BootstrapParams {
+        max_tokens: request.assemble.max_tokens,
+        since,
+        session_id,
+        manifest: crate::assemble::bootstrap::Manifest::default(),
+    };
+    let assembled = crate::assemble::bootstrap::bootstrap(app, identity, &params).await?;
+    let Assembled { entries, rendered, stats } = assembled;
+    let entries: Vec<Value> = entries.iter().map(crate::assemble::Entry::to_json).collect();
+    Ok(json!({ "entries": entries, "rendered": rendered, "digest": "", "stats": stats }))
 }
 
 /// Runs context mode: authorises `exclude_uris`, assembles, and adds the

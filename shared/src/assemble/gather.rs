@@ -180,7 +180,9 @@ impl Searcher<'_> {
                 &SearchParams {
                     vector,
                     filter: &filter,
-                    limit: scope.want,
+                    // A directory has two records (abstract and overview) that
+                    // merge into one candidate: fetch enough for `want` nodes.
+                    limit: scope.want.saturating_mul(2),
                     score_threshold: Some(params.score_threshold),
                     decay: None,
                 },

@@ -12,6 +12,7 @@ use crate::identity::Identity;
 use crate::index::Exclusion;
 use crate::tokens::estimate_tokens;
 
+pub mod bootstrap;
 pub mod candidate;
 pub mod gather;
 pub mod params;
@@ -78,7 +79,7 @@ pub struct Assembled {
 /// estimate exceeds `max_tokens`, the lowest-ranked entry above `uri` falls
 /// to `uri`, then the lowest-ranked entry goes. (The plan's estimates are
 /// upper bounds, so this only acts if a body changed since it was indexed.)
-fn render_within(entries: &mut Vec<Entry>, max_tokens: usize) -> (String, usize) {
+pub(crate) fn render_within(entries: &mut Vec<Entry>, max_tokens: usize) -> (String, usize) {
     loop {
         let views: Vec<EntryView<'_>> = entries.iter().map(Entry::view).collect();
         let rendered = render::render(&views);

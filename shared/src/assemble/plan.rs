@@ -141,6 +141,19 @@ impl Budget {
             && (category != Category::Events || self.events_max.is_none_or(|m| self.events_used + delta <= m))
     }
 
+    /// Whether replacing an entry of `old` tokens by one of `new` fits (a
+    /// deeper tier can render shorter: its `detail` attribute is).
+    fn fits_swap(&self, old: usize, new: usize, category: Category) -> bool {
+        new <= old || self.fits(new - old, category)
+    }
+
+    fn swap(&mut self, old: usize, new: usize, category: Category) {
+        self.used = self.used + new - old;
+        if category == Category::Events {
+            self.events_used = self.events_used + new - old;
+        }
+    }
+
     fn spend(&mut self, delta: usize, category: Category) {
         self.used += delta;
         if category == Category::Events {
@@ -216,11 +229,11 @@ pub fn plan(candidates: &[Candidate], request: &PlanRequest<'_>) -> Plan {
             }
             let upgrade = targets.iter().copied().filter(|t| *t > p.tier && *t <= ceiling(c)).find_map(|t| {
                 let (tokens, body) = cost(c, t)?;
-                let delta = tokens.checked_sub(p.tokens)?;
-                ((!capped || tokens <= cap) && budget.fits(delta, c.category)).then_some((t, tokens, body, delta))
+                ((!capped || tokens <= cap) && budget.fits_swap(p.tokens, tokens, c.category))
+                    .then_some((t, tokens, body))
             });
-            if let Some((tier, tokens, body, delta)) = upgrade {
-                budget.spend(delta, c.category);
+            if let Some((tier, tokens, body)) = upgrade {
+                budget.swap(p.tokens, tokens, c.category);
                 out.entries[slot] = Planned { tier, tokens, body_tokens: body, ..p };
                 match (round, tier) {
                     (2, _) => out.fill.spare_upgrades += 1,

@@ -1,0 +1,368 @@
+//! Bootstrap (CONTRACT §11, RFC §3.6): the session-start block. The same
+//! assembly line as context mode — planner, reads, render, budget — but the
+//! candidates come from a declarative slot manifest instead of search hits.
+//! No model and no semantic search: routes that bootstrap never embed.
+//!
+//! Built-in slots, in render order (stable first, so the block stays
+//! byte-identical while nothing changes and prompt caches stay warm):
+//!
+//! | slot | source |
+//! |---|---|
+//! | `instructions` | a static, versioned template ([`INSTRUCTIONS`]) |
+//! | `identity` | `memories/profile.md`; over its share → head cut, URI kept |
+//! | `listing` | other memory, resource and skill files, newest first, at their abstracts |
+//! | `working_state` | the newest events inside the window (`since`, default 7 days), newest first |
+//! | `continuity` | with a `session_id`: the newest archive overview of the session |
+//!
+//! Each slot plans within its share of `max_tokens`; what a slot leaves
+//! unused passes to the next.
+
+use serde_json::{Map, Value, json};
+use sha2::Digest as _;
+
+use super::candidate::{Candidate, Origin};
+use super::params::{Detail, Tier};
+use super::plan::{PlanRequest, plan};
+use super::read::read_planned;
+use super::render::{EntryView, render};
+use super::{Assembled, Entry};
+use crate::app::App;
+use crate::identity::Identity;
+use crate::index::{Category, IndexSnapshot, Record};
+use crate::store::StoreError;
+use crate::tokens::{estimate_escaped_tokens, estimate_tokens, truncate_to_escaped_tokens};
+use crate::uri::{VikingUri, tree_key};
+
+/// The instructions template's version.
+pub const INSTRUCTIONS_VERSION: &str = "1";
+
+/// How to use the memory this block comes from: static text, versioned.
+pub const INSTRUCTIONS: &str = "\
+Skald memory — how to use it:
+- Each <memory> element is one node of the user's memory tree; its uri attribute names it (viking://…).
+- detail says how much is shown: uri (name only) < abstract < overview < full. Ask for more with
+  POST /api/v1/search/search {\"mode\":\"context\",\"query\":…} or read a uri in full with your memory tool.
+- identity is who you are talking to; working_state is what they are doing now; listing is what else exists.
+- Recall before answering when the user refers to past work, people, preferences or decisions.
+- Remember by adding messages to the session; do not restate these instructions to the user.";
+
+/// The URI the instructions render under.
+pub const INSTRUCTIONS_URI: &str = "viking://skald/instructions";
+
+/// A slot of the manifest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    /// The static usage template.
+    Instructions,
+    /// The user's profile.
+    Identity,
+    /// What else there is: files at their abstracts, newest first.
+    Listing,
+    /// The newest events in the window.
+    WorkingState,
+    /// The session's latest archive overview.
+    Continuity,
+}
+
+impl Slot {
+    /// The slot's name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Instructions => "instructions",
+            Self::Identity => "identity",
+            Self::Listing => "listing",
+            Self::WorkingState => "working_state",
+            Self::Continuity => "continuity",
+        }
+    }
+}
+
+/// The manifest: slots in render order with their shares of the budget.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifest {
+    /// `(slot, share of max_tokens)`, in render order.
+    pub slots: Vec<(Slot, f64)>,
+    /// Events shown at most in `working_state` (5..=10; default 8).
+    pub working_state_max: usize,
+    /// Files shown at most in `listing` (default 40).
+    pub listing_max: usize,
+}
+
+impl Default for Manifest {
+    fn default() -> Self {
+        Self {
+            slots: vec![
+                (Slot::Instructions, 0.15),
+                (Slot::Identity, 0.25),
+                (Slot::Listing, 0.20),
+                (Slot::WorkingState, 0.25),
+                (Slot::Continuity, 0.15),
+            ],
+            working_state_max: 8,
+            listing_max: 40,
+        }
+    }
+}
+
+/// A bootstrap request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BootstrapParams {
+    /// The budget (default 1600).
+    pub max_tokens: usize,
+    /// `working_state`'s window start, Unix seconds.
+    pub since: i64,
+    /// The session, for `continuity`.
+    pub session_id: Option<crate::sessions::SessionId>,
+    /// The manifest.
+    pub manifest: Manifest,
+}
+
+/// The sha256 of the instructions, as `stats.instructions.content_hash`.
+#[must_use]
+pub fn instructions_hash() -> String {
+    hex::encode(sha2::Sha256::digest(INSTRUCTIONS.as_bytes()))
+}
+
+fn uri_of(text: &str) -> VikingUri {
+    VikingUri::parse(text).expect("constant uri is valid")
+}
+
+fn candidate(record: &Record, category: Category) -> Candidate {
+    // Bootstrap has no query: every candidate scores 1 and ranks by order.
+    Candidate::from_record(record, 1.0, 1.0, Origin::Own, category)
+}
+
+fn owned_file(identity: &Identity, record: &Record) -> bool {
+    let own = identity.user_root();
+    record.level == crate::index::record::LEVEL_FILE
+        && (record.uri.is_under(&own) || crate::identity::SHARED_ROOTS.iter().any(|r| record.uri.is_under(&uri_of(r))))
+        && !record.uri.is_under(&own.join("peers").expect("constant"))
+}
+
+fn is_profile(identity: &Identity, uri: &VikingUri) -> bool {
+    identity.user_root().join("memories/profile.md").is_ok_and(|p| &p == uri)
+}
+
+/// The working-state candidates: the newest events since `since`, newest
+/// first (ties by URI).
+fn working_state(snapshot: &IndexSnapshot, identity: &Identity, since: i64, max: usize) -> Vec<Candidate> {
+    let mut events: Vec<&Record> = snapshot
+        .records()
+        .map(|(r, _)| r)
+        .filter(|r| owned_file(identity, r) && r.category == Category::Events && r.created_at >= since)
+        .collect();
+    events.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| a.uri.cmp(&b.uri)));
+    events.into_iter().take(max).map(|r| candidate(r, Category::Events)).collect()
+}
+
+/// The listing candidates: files other than the profile and the working
+/// state's events, newest updated first, at their abstracts.
+fn listing(snapshot: &IndexSnapshot, identity: &Identity, skip: &[VikingUri], max: usize) -> Vec<Candidate> {
+    let mut files: Vec<&Record> = snapshot
+        .records()
+        .map(|(r, _)| r)
+        .filter(|r| owned_file(identity, r) && !is_profile(identity, &r.uri) && !skip.contains(&r.uri))
+        .collect();
+    files.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.uri.cmp(&b.uri)));
+    files.into_iter().take(max).map(|r| candidate(r, r.category)).collect()
+}
+
+/// An entry whose text is known (not planned from the index): shown whole
+/// if it fits `budget`, else cut at the head to fit (the URI stays); `None`
+/// when not even a bare element fits.
+fn text_entry(uri: &VikingUri, category: Category, text: &str, budget: usize) -> Option<(Entry, usize)> {
+    let make = |tier, text: String| Entry {
+        candidate: Candidate {
+            uri: uri.clone(),
+            category,
+            is_directory: false,
+            is_memory: category != Category::Resources && category != Category::Skills,
+            score: 1.0,
+            rank_score: 1.0,
+            origin: Origin::Own,
+            abstract_text: String::new(),
+            abstract_tokens: 0,
+            overview_tokens: None,
+            full_tokens: None,
+            dedup_key: uri.to_string(),
+        },
+        tier,
+        text,
+    };
+    let cost = |e: &Entry| {
+        estimate_tokens(&render(&[EntryView {
+            uri: e.candidate.uri.as_str(),
+            category: e.candidate.category.as_str(),
+            score: 1.0,
+            tier: e.tier,
+            text: &e.text,
+        }]))
+    };
+    let whole = make(Tier::Full, text.trim().to_owned());
+    let whole_cost = cost(&whole);
+    if whole_cost <= budget {
+        return Some((whole, whole_cost));
+    }
+    let envelope = cost(&make(Tier::Full, String::new()));
+    let room = budget.saturating_sub(envelope + 1);
+    let head = truncate_to_escaped_tokens(text.trim(), room);
+    if !head.is_empty() && estimate_escaped_tokens(head) > 0 {
+        let cut = make(Tier::Full, format!("{head}\n…"));
+        let c = cost(&cut);
+        if c <= budget {
+            return Some((cut, c));
+        }
+    }
+    let bare = make(Tier::Uri, String::new());
+    let c = cost(&bare);
+    (c <= budget).then_some((bare, c))
+}
+
+/// Reads a store object as text (`None` when missing).
+async fn read_text(app: &App, key: &str) -> Result<Option<String>, StoreError> {
+    match app.store.get(key).await {
+        Ok(o) => Ok(Some(String::from_utf8_lossy(&o.body).into_owned())),
+        Err(StoreError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The session's newest archive overview (`history/archive_NNN/.overview.md`).
+async fn latest_archive(
+    app: &App,
+    identity: &Identity,
+    session: &crate::sessions::SessionId,
+) -> Option<(VikingUri, String)> {
+    let base = identity.user_root().join(&format!("sessions/{}/history", session.as_str())).ok()?;
+    let prefix = format!("{}/", tree_key(&identity.account, &base));
+    let mut overviews: Vec<String> = app
+        .store
+        .list(&prefix)
+        .await
+        .ok()?
+        .into_iter()
+        .map(|m| m.key)
+        .filter(|k| k.ends_with("/.overview.md"))
+        .collect();
+    overviews.sort();
+    let key = overviews.pop()?;
+    let text = read_text(app, &key).await.ok()??;
+    let uri = crate::uri::uri_for_tree_key(&identity.account, key.trim_end_matches("/.overview.md"))?;
+    Some((uri, crate::index::extract::directory_overview(&text).to_owned()))
+}
+
+/// Assembles the bootstrap block for `identity`.
+///
+/// Cost: one manifest HEAD (plus segments when changed), the profile read,
+/// a list and a read for `continuity` with a session, and the reads the
+/// slots' plans place deeper than the abstract. No embedding.
+///
+/// # Errors
+/// 503 when the store fails or the index was built by another embedder.
+pub async fn bootstrap(
+    app: &App,
+    identity: &Identity,
+    params: &BootstrapParams,
+) -> Result<Assembled, crate::api::error::ApiError> {
+    let snapshot = crate::find::checked_snapshot(app, identity).await?;
+    let mut entries: Vec<Entry> = Vec::new();
+    let mut slots_stats = Map::new();
+    let mut carry = 0usize;
+    let (mut reads, mut bytes_read, mut dropped) = (0usize, 0u64, 0usize);
+    let working = working_state(&snapshot, identity, params.since, params.manifest.working_state_max);
+    for (slot, share) in &params.manifest.slots {
+        // This slot's share plus what earlier slots left; a separator from
+        // the previous slot's entries costs one token.
+        let separator = usize::from(!entries.is_empty());
+        let budget = ((params.max_tokens as f64 * share.clamp(0.0, 1.0)) as usize + carry).saturating_sub(separator);
+        let mut slot_entries: Vec<Entry> = Vec::new();
+        let mut used = 0usize;
+        match slot {
+            Slot::Instructions => {
+                if let Some((e, c)) = text_entry(&uri_of(INSTRUCTIONS_URI), Category::Memories, INSTRUCTIONS, budget) {
+                    slot_entries.push(e);
+                    used = c;
+                }
+            }
+            Slot::Identity => {
+                let profile = identity.user_root().join("memories/profile.md").expect("constant");
+                if let Some(text) = read_text(app, &tree_key(&identity.account, &profile)).await? {
+                    reads += 1;
+                    bytes_read += text.len() as u64;
+                    let body = crate::index::extract::full_text(&text).to_owned();
+                    if let Some((e, c)) = text_entry(&profile, Category::Memories, &body, budget) {
+                        slot_entries.push(e);
+                        used = c;
+                    }
+                }
+            }
+            Slot::Continuity => {
+                if let Some(session) = &params.session_id
+                    && let Some((uri, text)) = latest_archive(app, identity, session).await
+                {
+                    reads += 1;
+                    bytes_read += text.len() as u64;
+                    if let Some((e, c)) = text_entry(&uri, Category::Memories, &text, budget) {
+                        slot_entries.push(e);
+                        used = c;
+                    }
+                }
+            }
+            Slot::Listing | Slot::WorkingState => {
+                let candidates = if *slot == Slot::WorkingState {
+                    working.clone()
+                } else {
+                    let skip: Vec<VikingUri> = working.iter().map(|c| c.uri.clone()).collect();
+                    listing(&snapshot, identity, &skip, params.manifest.listing_max)
+                };
+                let detail = if *slot == Slot::Listing { Detail::Pin(Tier::Abstract) } else { Detail::Auto };
+                let planned = plan(
+                    &candidates,
+                    &PlanRequest { max_tokens: budget.max(1), detail: &detail, events_budget_share: None },
+                );
+                if budget > 0 {
+                    let read = read_planned(&app.store, &identity.account, &candidates, &planned).await;
+                    reads += read.reads;
+                    bytes_read += read.bytes_read;
+                    dropped += planned.dropped;
+                    used = planned.tokens;
+                    slot_entries.extend(planned.entries.iter().zip(read.texts).map(|(p, (tier, text))| Entry {
+                        candidate: candidates[p.candidate].clone(),
+                        tier,
+                        text,
+                    }));
+                } else {
+                    dropped += candidates.len();
+                }
+            }
+        }
+        if slot_entries.is_empty() {
+            used = 0;
+        }
+        carry = (budget + separator).saturating_sub(used + if slot_entries.is_empty() { 0 } else { separator });
+        slots_stats.insert(slot.as_str().into(), json!({ "entries": slot_entries.len(), "tokens": used }));
+        entries.extend(slot_entries);
+    }
+    let (rendered, used) = super::render_within(&mut entries, params.max_tokens);
+    let mut tier_counts = Map::new();
+    for tier in [Tier::Full, Tier::Overview, Tier::Abstract, Tier::Uri] {
+        let n = entries.iter().filter(|e| e.tier == tier).count();
+        if n > 0 {
+            tier_counts.insert(tier.as_str().into(), json!(n));
+        }
+    }
+    let mut stats = Map::new();
+    stats.insert("mode".into(), json!("bootstrap"));
+    stats.insert("slots".into(), Value::Object(slots_stats));
+    stats.insert("max_tokens".into(), json!(params.max_tokens));
+    stats.insert("used_tokens".into(), json!(used));
+    stats.insert("returned".into(), json!(entries.len()));
+    stats.insert("dropped".into(), json!(dropped));
+    stats.insert("tier_counts".into(), Value::Object(tier_counts));
+    stats
+        .insert("instructions".into(), json!({ "version": INSTRUCTIONS_VERSION, "content_hash": instructions_hash() }));
+    stats.insert("bytes_read".into(), json!(bytes_read));
+    stats.insert("reads".into(), json!(reads));
+    Ok(Assembled { entries, rendered, stats })
+}
