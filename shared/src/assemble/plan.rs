@@ -5,7 +5,8 @@
 //! so the reads the plan asks for are never wasted.
 //!
 //! `detail = auto` fills breadth first: round 0 puts every entry at
-//! `abstract` (or a bare `uri` when that is all that fits); round 1 lifts
+//! `abstract` while the budget lasts (a bare `uri` when that is all that
+//! fits); round 1 lifts
 //! directories to `overview`; round 2 lifts files to `full` (else to
 //! `overview`) — both in rank order and within the per-entry cap; a last
 //! round spends what is left past the cap. A pinned tier places each entry
@@ -170,6 +171,11 @@ impl Budget {
 pub fn plan(candidates: &[Candidate], request: &PlanRequest<'_>) -> Plan {
     let max = request.max_tokens.max(1);
     let cap = per_entry_cap(max, candidates.len());
+    // Abstracts are short by construction (cut at ingest), so round 0 shows
+    // every entry's abstract while the budget lasts even when many
+    // candidates make the per-entry cap small; only an abstract over a
+    // quarter of the budget (and the cap) falls to a bare URI.
+    let floor_cap = cap.max(max / 4);
     let events_max = request.events_budget_share.map(|s| (max as f64 * s.clamp(0.0, 1.0)) as usize);
     let mut budget = Budget { max, used: 0, events_max, events_used: 0 };
     let mut out = Plan { per_entry_cap: cap, ..Plan::default() };
@@ -198,7 +204,7 @@ pub fn plan(candidates: &[Candidate], request: &PlanRequest<'_>) -> Plan {
             Some((tier, tokens, body)) => budget.fits(tokens + sep, c.category).then_some((tier, tokens, body)),
             None if request.detail.pin(c.category).is_some() => None,
             None => available.iter().copied().find(|(tier, tokens, _)| {
-                (*tier == Tier::Uri || *tokens <= cap) && budget.fits(tokens + sep, c.category)
+                (*tier == Tier::Uri || *tokens <= floor_cap) && budget.fits(tokens + sep, c.category)
             }),
         };
         match chosen {
