@@ -15,9 +15,7 @@
 //! [`S3Store`]: skald::store::s3::S3Store
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use skald::identity::AccountId;
@@ -29,6 +27,7 @@ use skald::index::{
 };
 use skald::store::SharedStore;
 use skald::uri::VikingUri;
+use skald_tests::fixture::TempDir;
 
 /// Runs each check against both backends: `local::<check>` and
 /// `s3::<check>`. Every check takes `&SharedStore`.
@@ -75,29 +74,6 @@ index_suite!(
 );
 
 // ---------------------------------------------------------------- helpers
-
-/// A unique directory under the system temporary directory, removed on drop
-/// (also when the check panics).
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        Self(std::env::temp_dir().join(format!("skald-index-suite-{name}-{}-{n}-{nanos}", std::process::id())))
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 const DIM: usize = 8;
 

@@ -11,8 +11,7 @@
 //! [`S3Store`]: skald::store::s3::S3Store
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 
 use skald::embed::Embedder as _;
 use skald::embed::hashed::HashedEmbedder;
@@ -26,6 +25,7 @@ use skald::ingest::{IngestError, IngestEvent, IngestOptions, IngestReport, inges
 use skald::store::SharedStore;
 use skald::tokens::estimate_tokens;
 use skald::uri::{VikingUri, tree_key, tree_prefix};
+use skald_tests::fixture::TempDir;
 
 /// Runs each check against both backends: `local::<check>` and
 /// `s3::<check>`. Every check takes the store and a fresh source directory.
@@ -67,31 +67,6 @@ ingest_suite!(
 );
 
 // ---------------------------------------------------------------- helpers
-
-/// A unique directory under the system temporary directory, removed on drop
-/// (also when the check panics).
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let path = std::env::temp_dir().join(format!("skald-ingest-{name}-{}-{n}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&path).unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
-        Self(path)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn account() -> AccountId {
     AccountId::new("acme").expect("valid account id")

@@ -6,11 +6,10 @@
 //! [`LocalStore`]: skald::store::local::LocalStore
 //! [`S3Store`]: skald::store::s3::S3Store
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use skald::store::{ObjectMeta, PutMode, SharedStore, Store, StoreError};
+use skald_tests::fixture::TempDir;
 
 /// Runs each check against both backends: `local::<check>` and
 /// `s3::<check>`. A check marked `(borrowed)` takes `&dyn Store`; one marked
@@ -56,29 +55,6 @@ store_suite!(
     invalid_keys_are_rejected(borrowed),
     concurrent_compare_and_swap_loses_no_update(shared),
 );
-
-/// A unique directory under the system temporary directory, removed on drop
-/// (also when the check panics).
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        Self(std::env::temp_dir().join(format!("skald-store-suite-{name}-{}-{n}-{nanos}", std::process::id())))
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Puts `text` under `key`.
 async fn put(store: &dyn Store, key: &str, text: &str, mode: PutMode) -> Result<ObjectMeta, StoreError> {
