@@ -7,13 +7,19 @@
 #   size   — release size of `find` (cargo, and cargo-lambda when installed)
 #   serve  — peak RSS and request latency of `find` under `cargo lambda watch`
 #            after ingesting the demo corpus
+#   context — the `bench_context` binary (tests/src/bin/bench_context.rs):
+#            `search` in context mode over the demo corpus (local store, the
+#            S3 client with and without per-call latency, moto), and the
+#            planner on 1,000 candidates
 #
-#   scripts/bench.sh                 # all three
+#   scripts/bench.sh                 # all four
 #   scripts/bench.sh index size      # some of them
 #
 # Environment: BENCH_RECORDS (default "10000 100000"), BENCH_REPEAT (5),
 # BENCH_QUERIES (200), BENCH_S3=1 to also run the index bench on a local moto
-# S3 server, BENCH_PORT (9011) for `cargo lambda watch`.
+# S3 server, BENCH_PORT (9011) for `cargo lambda watch`; for `context`:
+# BENCH_ROUNDS (5), BENCH_LATENCY_MS (20), BENCH_PLAN_RUNS (300),
+# BENCH_HASHED=1 (hashed embedder instead of USE-m3), BENCH_NO_MOTO=1.
 #
 # Release builds use the workspace profile (fat LTO, codegen-units 1): each
 # takes minutes on a small machine. Everything started here is stopped on
@@ -27,7 +33,7 @@ repeat=${BENCH_REPEAT:-5}
 queries=${BENCH_QUERIES:-200}
 port=${BENCH_PORT:-9011}
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(index size serve)
+[ ${#parts[@]} -eq 0 ] && parts=(index size serve context)
 want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 
 say() { printf '\n### %s\n' "$*"; }
@@ -49,6 +55,20 @@ if want index; then
     say "index: target/release/bench --records $n --repeat $repeat --queries $queries ${extra[*]}"
     target/release/bench --records "$n" --repeat "$repeat" --queries "$queries" "${extra[@]}"
   done
+fi
+
+if want context; then
+  if [ -z "${BENCH_HASHED:-}" ] && [ ! -f .skald/models/use-m3/model.bin ] && [ -z "${SKALD_USE_M3_DIR:-}" ]; then
+    echo "the USE-m3 model is missing: run scripts/setup-model.sh (or set BENCH_HASHED=1)" >&2
+    exit 1
+  fi
+  say "context: cargo build --release -p skald-tests --bin bench_context"
+  cargo build --quiet --release -p skald-tests --bin bench_context
+  flags=(--rounds "${BENCH_ROUNDS:-5}" --latency-ms "${BENCH_LATENCY_MS:-20}" --plan-runs "${BENCH_PLAN_RUNS:-300}")
+  [ -n "${BENCH_HASHED:-}" ] && flags+=(--hashed)
+  [ -n "${BENCH_NO_MOTO:-}" ] && flags+=(--no-moto)
+  say "context: target/release/bench_context ${flags[*]}"
+  target/release/bench_context "${flags[@]}"
 fi
 
 if want size; then

@@ -170,13 +170,16 @@ pub fn build_filter(identity: &Identity, params: &FindParams) -> Filter {
 /// 503 when the embedder or store fails or the index was built by another
 /// embedder.
 pub async fn find(app: &App, identity: &Identity, params: &FindParams, now: i64) -> Result<Value, ApiError> {
-    let snapshot = checked_snapshot(app, identity).await?;
+    // The index revalidation (a store round trip) and the query embedding
+    // (CPU) overlap.
+    let query = [params.query.as_str()];
+    let (snapshot, vectors) = tokio::join!(checked_snapshot(app, identity), app.embedder.embed(&query));
+    let snapshot = snapshot?;
     let filter = build_filter(identity, params);
     let hits = if snapshot.is_empty() {
         Vec::new()
     } else {
-        let vectors = app.embedder.embed(&[params.query.as_str()]).await?;
-        let vector = vectors.into_iter().next().unwrap_or_default();
+        let vector = vectors?.into_iter().next().unwrap_or_default();
         snapshot.search(&SearchParams {
             vector: &vector,
             filter: &filter,

@@ -88,8 +88,12 @@ pub struct SessionMeta {
     pub created_at: String,
     /// Last change (RFC 3339).
     pub updated_at: String,
-    /// Messages ever appended (monotonic).
+    /// Messages ever appended (monotonic; exact).
     pub total_message_count: u64,
+    /// The next sequence number to try (≥ every claimed one + 1; a slot a
+    /// duplicate retry gave back leaves a gap).
+    #[serde(default)]
+    pub next_seq: u64,
     /// User messages ever appended (monotonic): the turn clock.
     pub user_turn_count: u64,
     /// The most recent client message ids (for idempotent appends).
@@ -222,6 +226,7 @@ impl<'a> Sessions<'a> {
             created_at: now.to_owned(),
             updated_at: now.to_owned(),
             total_message_count: 0,
+            next_seq: 0,
             user_turn_count: 0,
             recent_message_ids: VecDeque::new(),
         };
@@ -266,7 +271,7 @@ impl<'a> Sessions<'a> {
             let seq = match claimed {
                 Some(seq) => seq,
                 None => {
-                    let mut seq = meta.total_message_count;
+                    let mut seq = meta.next_seq.max(meta.total_message_count);
                     loop {
                         message.seq = seq;
                         let body = encode(&message)?;
@@ -280,7 +285,8 @@ impl<'a> Sessions<'a> {
                     seq
                 }
             };
-            meta.total_message_count = meta.total_message_count.max(seq + 1);
+            meta.total_message_count += 1;
+            meta.next_seq = meta.next_seq.max(meta.total_message_count).max(seq + 1);
             if is_user {
                 meta.user_turn_count += 1;
             }
@@ -305,20 +311,21 @@ impl<'a> Sessions<'a> {
 
     /// The last `n` messages (by sequence), oldest first.
     ///
+    /// Cost: one list of the session's messages and a GET per message
+    /// returned.
+    ///
     /// # Errors
     /// Store or decoding errors.
-    pub async fn recent_messages(
-        &self,
-        id: &SessionId,
-        total: u64,
-        n: u64,
-    ) -> Result<Vec<StoredMessage>, SessionError> {
+    pub async fn recent_messages(&self, id: &SessionId, n: usize) -> Result<Vec<StoredMessage>, SessionError> {
+        let mut keys: Vec<String> =
+            self.store.list(&self.key(id, "messages/")).await?.into_iter().map(|m| m.key).collect();
+        keys.sort();
         let mut out = Vec::new();
-        for seq in total.saturating_sub(n)..total {
-            match self.store.get(&self.message_key(id, seq)).await {
+        for key in keys.iter().skip(keys.len().saturating_sub(n)) {
+            match self.store.get(key).await {
                 Ok(object) => out.push(
                     serde_json::from_slice(&object.body)
-                        .map_err(|e| SessionError::Corrupt(format!("message {seq} of {}: {e}", id.as_str())))?,
+                        .map_err(|e| SessionError::Corrupt(format!("message {key}: {e}")))?,
                 ),
                 Err(StoreError::NotFound(_)) => {}
                 Err(e) => return Err(e.into()),

@@ -382,3 +382,218 @@ pub const CONTEXT_CORPUS: &[(&str, &str)] = &[
         "# Summary\nBob did a kubernetes cluster upgrade of his own.\n",
     ),
 ];
+
+// ---------------------------------------------------------------------------
+// Every route, with response headers; apps over a given store.
+// ---------------------------------------------------------------------------
+
+/// The sessions routes' base path.
+pub const SESSIONS_PATH: &str = "/api/v1/sessions";
+
+/// The recall preset's route.
+pub const RECALL_PATH: &str = "/api/v1/search/recall";
+
+/// The bootstrap preset's route.
+pub const BOOTSTRAP_PATH: &str = "/api/v1/search/bootstrap";
+
+/// A library handler, as one of the function binaries serves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handler {
+    /// `skald::api::find::handle`.
+    Find,
+    /// `skald::api::search::handle`.
+    Search,
+    /// `skald::api::recall::handle`.
+    Recall,
+    /// `skald::api::bootstrap::handle`.
+    Bootstrap,
+    /// `skald::api::sessions::handle`.
+    Sessions,
+}
+
+/// A response as status, headers, the raw body text and the body as JSON.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// The HTTP status.
+    pub status: u16,
+    /// The response headers.
+    pub headers: lambda_http::http::HeaderMap,
+    /// The body as sent.
+    pub text: String,
+    /// The body parsed as JSON.
+    pub json: Value,
+}
+
+impl Reply {
+    /// The value of header `name` as text, if present.
+    #[must_use]
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// Runs `event` through the Lambda edge ([`skald_lambda::serve`]) into
+/// `handler`, as that handler's function binary does, keeping the headers.
+///
+/// # Panics
+/// When the response body is not JSON text.
+pub async fn call_handler(app: &Arc<App>, handler: Handler, event: lambda_http::Request) -> Reply {
+    let response = match handler {
+        Handler::Find => {
+            let h = |app: Arc<App>, request| async move { skald::api::find::handle(&app, request).await };
+            skald_lambda::serve(app, &h, event).await
+        }
+        Handler::Search => {
+            let h = |app: Arc<App>, request| async move { skald::api::search::handle(&app, request).await };
+            skald_lambda::serve(app, &h, event).await
+        }
+        Handler::Recall => {
+            let h = |app: Arc<App>, request| async move { skald::api::recall::handle(&app, request).await };
+            skald_lambda::serve(app, &h, event).await
+        }
+        Handler::Bootstrap => {
+            let h = |app: Arc<App>, request| async move { skald::api::bootstrap::handle(&app, request).await };
+            skald_lambda::serve(app, &h, event).await
+        }
+        Handler::Sessions => {
+            let h = |app: Arc<App>, request| async move { skald::api::sessions::handle(&app, request).await };
+            skald_lambda::serve(app, &h, event).await
+        }
+    };
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let text = match response.into_body() {
+        Body::Text(text) => text,
+        Body::Binary(bytes) => String::from_utf8(bytes).expect("a UTF-8 body"),
+        _ => String::new(),
+    };
+    let json = serde_json::from_str(&text).unwrap_or_else(|e| panic!("response body is not JSON ({e}): {text}"));
+    Reply { status, headers, text, json }
+}
+
+/// Calls `handler` with `method` on `path`, with `headers` and `body` (JSON
+/// text, or no body for `None`).
+pub async fn call(
+    app: &Arc<App>,
+    handler: Handler,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&Value>,
+) -> Reply {
+    let body = body.map_or(Body::Empty, |b| Body::Text(b.to_string()));
+    call_handler(app, handler, request_to(path, method, headers, body)).await
+}
+
+/// `POST` of `body` to the sessions route `path` as the default dev caller.
+pub async fn sessions_post(app: &Arc<App>, path: &str, body: &Value) -> Reply {
+    call(app, Handler::Sessions, "POST", path, &[], Some(body)).await
+}
+
+/// `GET` of the sessions route `path` as the default dev caller.
+pub async fn sessions_get(app: &Arc<App>, path: &str) -> Reply {
+    call(app, Handler::Sessions, "GET", path, &[], None).await
+}
+
+/// `POST` of `body` to `/recall` as the default dev caller.
+pub async fn recall(app: &Arc<App>, body: &Value) -> Reply {
+    call(app, Handler::Recall, "POST", RECALL_PATH, &[], Some(body)).await
+}
+
+/// `POST` of `body` to `/bootstrap` as the default dev caller.
+pub async fn bootstrap(app: &Arc<App>, body: &Value) -> Reply {
+    call(app, Handler::Bootstrap, "POST", BOOTSTRAP_PATH, &[], Some(body)).await
+}
+
+/// `POST` of `body` to `/search` as the default dev caller, with headers.
+pub async fn search_reply(app: &Arc<App>, body: &Value) -> Reply {
+    call(app, Handler::Search, "POST", SEARCH_PATH, &[], Some(body)).await
+}
+
+/// A fresh [`LocalStore`] in a temporary directory (removed on drop).
+///
+/// # Panics
+/// When the store cannot be opened.
+#[must_use]
+pub fn local_store() -> (SharedStore, TempDir) {
+    let dir = TempDir::new("store");
+    let store: SharedStore = Arc::new(LocalStore::open(dir.path()).expect("open the local store"));
+    (store, dir)
+}
+
+/// A store on a fresh bucket of the local S3 server ([`crate::moto`]).
+pub async fn s3_shared_store(test_name: &str) -> SharedStore {
+    Arc::new(crate::moto::s3_store(test_name).await)
+}
+
+/// A dev-mode app over `store` with the fixture's [`HashedEmbedder`] and
+/// nothing ingested.
+#[must_use]
+pub fn app_over_store(store: SharedStore) -> Arc<App> {
+    let config = Config {
+        identity: IdentityConfig { mode: IdentityMode::Dev, ..IdentityConfig::default() },
+        ..Config::default()
+    };
+    let embedder: Arc<dyn Embedder> = Arc::new(HashedEmbedder::new(EMBED_DIMENSION));
+    Arc::new(App::with_parts(config, store, embedder))
+}
+
+/// Sets the modification time of `path` under `root` to `unix_seconds`.
+///
+/// # Panics
+/// When the file cannot be opened or its time set.
+pub fn set_mtime(root: &Path, path: &str, unix_seconds: i64) {
+    let file = std::fs::File::options().write(true).open(root.join(path)).expect("open a source file");
+    let secs = u64::try_from(unix_seconds).expect("a time after 1970");
+    file.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs)).expect("set a modification time");
+}
+
+/// A dev-mode app over `store` with `files` ingested for account
+/// [`ACCOUNT`] (the fixture's [`HashedEmbedder`]); files named in `mtimes`
+/// get that modification time (Unix seconds) first, which the index
+/// records as their `updated_at`. Returns the source directory's guard.
+///
+/// # Panics
+/// When ingest fails.
+pub async fn app_with_corpus_in(
+    files: &[(&str, &str)],
+    mtimes: &[(&str, i64)],
+    store: SharedStore,
+) -> (Arc<App>, TempDir) {
+    let source = TempDir::new("source");
+    write_tree(source.path(), files);
+    for (path, t) in mtimes {
+        set_mtime(source.path(), path, *t);
+    }
+    let embedder = HashedEmbedder::new(EMBED_DIMENSION);
+    let account = AccountId::new(ACCOUNT).expect("valid account id");
+    ingest_dir(source.path(), &store, &account, &embedder, &IngestOptions::default(), &mut |_| {})
+        .await
+        .expect("ingest the corpus");
+    (app_over_store(store), source)
+}
+
+/// The store key of `viking://{path}` for account [`ACCOUNT`].
+#[must_use]
+pub fn tree_key(path: &str) -> String {
+    format!("accounts/{ACCOUNT}/tree/{path}")
+}
+
+/// The store key of an object of session `id` of user `user`
+/// (`rest` e.g. `meta.json`, `.recall_log.json`).
+#[must_use]
+pub fn session_key(user: &str, id: &str, rest: &str) -> String {
+    tree_key(&format!("user/{user}/sessions/{id}/{rest}"))
+}
+
+/// The object under `key` as JSON, or `None` when it does not exist.
+///
+/// # Panics
+/// When the store fails otherwise or the object is not JSON.
+pub async fn store_json(store: &SharedStore, key: &str) -> Option<Value> {
+    match store.get(key).await {
+        Ok(object) => Some(serde_json::from_slice(&object.body).expect("a JSON object")),
+        Err(skald::store::StoreError::NotFound(_)) => None,
+        Err(e) => panic!("store get {key}: {e}"),
+    }
+}

@@ -108,7 +108,8 @@ pub fn fold(bytes: &[u8]) -> Result<Folded, ApiError> {
         aliases_used.push("max_chars");
         // An explicit max_tokens wins.
         if !sent.contains_key("max_tokens") {
-            let tokens = ((chars as f64) / CHARS_PER_TOKEN).round().clamp(64.0, 32_000.0);
+            // Python's round() (ties to even), as the reference.
+            let tokens = ((chars as f64) / CHARS_PER_TOKEN).round_ties_even().clamp(64.0, 32_000.0);
             out.insert("max_tokens".into(), json!(tokens as i64));
         }
     }

@@ -118,13 +118,15 @@ pub async fn assemble(
     params: &AssembleParams,
     exclusion: &Exclusion,
 ) -> Result<Assembled, ApiError> {
-    let snapshot = crate::find::checked_snapshot(app, identity).await?;
+    // The index revalidation (a store round trip) and the query embedding
+    // (CPU) overlap.
+    let texts: Vec<&str> = params.queries.iter().map(String::as_str).collect();
+    let (snapshot, vectors) = tokio::join!(crate::find::checked_snapshot(app, identity), app.embedder.embed(&texts));
+    let snapshot = snapshot?;
     let gathered = if snapshot.is_empty() || params.queries.is_empty() {
         gather::Gathered::default()
     } else {
-        let texts: Vec<&str> = params.queries.iter().map(String::as_str).collect();
-        let vectors = app.embedder.embed(&texts).await?;
-        gather::gather(&snapshot, identity, params, &vectors, exclusion)
+        gather::gather(&snapshot, identity, params, &vectors?, exclusion)
     };
     let candidates = &gathered.candidates;
     let planned = plan::plan(

@@ -16,6 +16,11 @@ use crate::store::{SharedStore, StoreError};
 use crate::tokens::{estimate_escaped_tokens, truncate_to_escaped_tokens};
 use crate::uri::tree_key;
 
+/// An entry's final tier and text.
+type Shown = (Tier, String);
+/// A read's outcome: bytes fetched, or why it failed.
+type ReadResult = Result<u64, String>;
+
 /// Reads in flight at once.
 pub const READ_CONCURRENCY: usize = 8;
 
@@ -65,44 +70,55 @@ fn fallback(c: &Candidate, body_tokens: usize) -> (Tier, String) {
 /// Cost: one GET per entry at `overview` or `full`, [`READ_CONCURRENCY`]
 /// in flight.
 pub async fn read_planned(store: &SharedStore, account: &AccountId, candidates: &[Candidate], plan: &Plan) -> Reads {
-    let jobs = plan.entries.iter().copied().map(|p| {
-        let c = &candidates[p.candidate];
-        async move {
-            match p.tier {
-                Tier::Uri => ((Tier::Uri, String::new()), None),
-                Tier::Abstract => ((Tier::Abstract, c.abstract_text.clone()), None),
-                tier @ (Tier::Overview | Tier::Full) => {
-                    let Some(key) = key_for(account, c) else { return (fallback(c, p.body_tokens), None) };
-                    match store.get(&key).await {
-                        Ok(object) => {
-                            let size = object.body.len() as u64;
-                            let body = String::from_utf8_lossy(&object.body);
-                            let read = match extract(c, tier, &body) {
-                                Some(text) => {
-                                    let fitted = truncate_to_escaped_tokens(&text, p.body_tokens);
-                                    if fitted.is_empty() {
-                                        fallback(c, p.body_tokens)
-                                    } else {
-                                        (tier, fitted.to_owned())
-                                    }
-                                }
-                                None => fallback(c, p.body_tokens),
-                            };
-                            (read, Some(Ok(size)))
-                        }
-                        Err(e) => {
-                            let message = match &e {
-                                StoreError::NotFound(_) => format!("{} is in the index but not in the store", c.uri),
-                                other => other.to_string(),
-                            };
-                            (fallback(c, p.body_tokens), Some(Err(message)))
-                        }
+    // Entries that need no read are settled now; only reads go through the
+    // window, so `n` reads take ceil(n / READ_CONCURRENCY) rounds.
+    let mut results: Vec<(Shown, Option<ReadResult>)> = plan
+        .entries
+        .iter()
+        .map(|p| match p.tier {
+            Tier::Abstract => ((Tier::Abstract, candidates[p.candidate].abstract_text.clone()), None),
+            _ => ((Tier::Uri, String::new()), None),
+        })
+        .collect();
+    let jobs = plan
+        .entries
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|(_, p)| matches!(p.tier, Tier::Overview | Tier::Full))
+        .map(|(slot, p)| {
+            let c = &candidates[p.candidate];
+            let tier = p.tier;
+            async move {
+                let Some(key) = key_for(account, c) else { return (slot, (fallback(c, p.body_tokens), None)) };
+                let outcome = match store.get(&key).await {
+                    Ok(object) => {
+                        let size = object.body.len() as u64;
+                        let body = String::from_utf8_lossy(&object.body);
+                        let read = match extract(c, tier, &body) {
+                            Some(text) => {
+                                let fitted = truncate_to_escaped_tokens(&text, p.body_tokens);
+                                if fitted.is_empty() { fallback(c, p.body_tokens) } else { (tier, fitted.to_owned()) }
+                            }
+                            None => fallback(c, p.body_tokens),
+                        };
+                        (read, Some(Ok(size)))
                     }
-                }
+                    Err(e) => {
+                        let message = match &e {
+                            StoreError::NotFound(_) => format!("{} is in the index but not in the store", c.uri),
+                            other => other.to_string(),
+                        };
+                        (fallback(c, p.body_tokens), Some(Err(message)))
+                    }
+                };
+                (slot, outcome)
             }
-        }
-    });
-    let results: Vec<_> = stream::iter(jobs).buffered(READ_CONCURRENCY).collect().await;
+        });
+    let reads: Vec<_> = stream::iter(jobs).buffered(READ_CONCURRENCY).collect().await;
+    for (slot, outcome) in reads {
+        results[slot] = outcome;
+    }
     let mut out = Reads::default();
     for (text, read) in results {
         out.texts.push(text);
