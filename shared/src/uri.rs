@@ -26,8 +26,9 @@ pub enum UriError {
     /// A backslash.
     #[error("uri must not contain backslashes: {0:?}")]
     Backslash(String),
-    /// A control character (including NUL and newlines).
-    #[error("uri must not contain control characters: {0:?}")]
+    /// A control character (including NUL and newlines) or a character XML
+    /// cannot hold (U+FFFE, U+FFFF, lone surrogates).
+    #[error("uri must not contain control or non-XML characters: {0:?}")]
     Control(String),
     /// Longer than [`MAX_URI_BYTES`].
     #[error("uri is longer than {MAX_URI_BYTES} bytes")]
@@ -71,7 +72,7 @@ impl VikingUri {
         if path.contains('\\') {
             return Err(UriError::Backslash(full()));
         }
-        if path.chars().any(char::is_control) {
+        if path.chars().any(|c| c.is_control() || !crate::xml_text::is_xml_char(c)) {
             return Err(UriError::Control(full()));
         }
         let lower = path.to_ascii_lowercase();

@@ -215,10 +215,25 @@ pub fn plan(candidates: &[Candidate], request: &PlanRequest<'_>) -> Plan {
             None => out.dropped += 1,
         }
     }
-    out.fill.floor_tokens = budget.used;
-
     // Upgrades, only for entries that fill automatically.
     let auto = |p: &Planned| request.detail.pin(candidates[p.candidate].category).is_none();
+
+    // Round 0b: once every entry has its floor, bare URIs whose abstract was
+    // over the round-0 cap get it now, in rank order, while it fits.
+    for slot in 0..out.entries.len() {
+        let p = out.entries[slot];
+        let c = &candidates[p.candidate];
+        if p.tier == Tier::Uri
+            && auto(&p)
+            && let Some((tokens, body)) = cost(c, Tier::Abstract)
+            && budget.fits_swap(p.tokens, tokens, c.category)
+        {
+            budget.swap(p.tokens, tokens, c.category);
+            out.entries[slot] = Planned { tier: Tier::Abstract, tokens, body_tokens: body, ..p };
+        }
+    }
+    out.fill.floor_tokens = budget.used;
+
     // (which entries, the tiers tried in order, whether the cap applies)
     type Round = (fn(&Candidate) -> bool, &'static [Tier], bool);
     let rounds: [Round; 3] = [
@@ -230,7 +245,9 @@ pub fn plan(candidates: &[Candidate], request: &PlanRequest<'_>) -> Plan {
         for slot in 0..out.entries.len() {
             let p = out.entries[slot];
             let c = &candidates[p.candidate];
-            if !auto(&p) || !eligible(c) || p.tier == Tier::Uri {
+            // A bare URI can deepen too (a node with no abstract may still
+            // have an overview or a body).
+            if !auto(&p) || !eligible(c) {
                 continue;
             }
             let upgrade = targets.iter().copied().filter(|t| *t > p.tier && *t <= ceiling(c)).find_map(|t| {
