@@ -345,13 +345,6 @@ pub async fn bootstrap(
         entries.extend(slot_entries);
     }
     let (rendered, used) = super::render_within(&mut entries, params.max_tokens);
-    let mut tier_counts = Map::new();
-    for tier in [Tier::Full, Tier::Overview, Tier::Abstract, Tier::Uri] {
-        let n = entries.iter().filter(|e| e.tier == tier).count();
-        if n > 0 {
-            tier_counts.insert(tier.as_str().into(), json!(n));
-        }
-    }
     let mut stats = Map::new();
     stats.insert("mode".into(), json!("bootstrap"));
     stats.insert("slots".into(), Value::Object(slots_stats));
@@ -359,7 +352,7 @@ pub async fn bootstrap(
     stats.insert("used_tokens".into(), json!(used));
     stats.insert("returned".into(), json!(entries.len()));
     stats.insert("dropped".into(), json!(dropped));
-    stats.insert("tier_counts".into(), Value::Object(tier_counts));
+    stats.insert("tier_counts".into(), super::tier_counts(&entries));
     stats
         .insert("instructions".into(), json!({ "version": INSTRUCTIONS_VERSION, "content_hash": instructions_hash() }));
     stats.insert("bytes_read".into(), json!(bytes_read));

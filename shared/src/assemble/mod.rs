@@ -75,6 +75,18 @@ pub struct Assembled {
     pub stats: Map<String, Value>,
 }
 
+/// Entries per tier, as `stats.tier_counts` (tiers with none left out).
+pub(crate) fn tier_counts(entries: &[Entry]) -> Value {
+    let mut counts = Map::new();
+    for tier in [Tier::Full, Tier::Overview, Tier::Abstract, Tier::Uri] {
+        let n = entries.iter().filter(|e| e.tier == tier).count();
+        if n > 0 {
+            counts.insert(tier.as_str().into(), json!(n));
+        }
+    }
+    Value::Object(counts)
+}
+
 /// Renders `entries` and drops depth until the block fits: while the
 /// estimate exceeds `max_tokens`, the lowest-ranked entry above `uri` falls
 /// to `uri`, then the lowest-ranked entry goes. (The plan's estimates are
@@ -147,13 +159,6 @@ pub async fn assemble(
     let (rendered, used) = render_within(&mut entries, params.max_tokens);
     let (rendered, used) = if params.render { (rendered, used) } else { (String::new(), 0) };
 
-    let mut tier_counts = Map::new();
-    for tier in [Tier::Full, Tier::Overview, Tier::Abstract, Tier::Uri] {
-        let n = entries.iter().filter(|e| e.tier == tier).count();
-        if n > 0 {
-            tier_counts.insert(tier.as_str().into(), json!(n));
-        }
-    }
     let mut stats = Map::new();
     let mut put = |k: &str, v: Value| {
         stats.insert(k.to_owned(), v);
@@ -177,7 +182,7 @@ pub async fn assemble(
     put("dropped", json!(planned.dropped + planned.entries.len() - entries.len()));
     put("deduped", json!(planned.deduped));
     put("detail", params.detail.to_json());
-    put("tier_counts", Value::Object(tier_counts));
+    put("tier_counts", tier_counts(&entries));
     put(
         "fill",
         json!({

@@ -123,23 +123,8 @@ pub fn heading_text(line: &str) -> &str {
 /// heading), trimmed; the first heading's text when there is no paragraph.
 #[must_use]
 pub fn first_paragraph(body: &str) -> Option<&str> {
-    let mut start = None;
-    let mut offset = 0;
-    let mut first_heading = None;
-    for line in body.split_inclusive('\n') {
-        let blank = line.trim().is_empty();
-        let heading = heading_level(line).is_some();
-        match start {
-            None if !blank && !heading => start = Some(offset),
-            Some(from) if blank || heading => return non_empty(body[from..offset].trim()),
-            _ => {}
-        }
-        if heading && first_heading.is_none() {
-            first_heading = non_empty(heading_text(line));
-        }
-        offset += line.len();
-    }
-    start.and_then(|from| non_empty(body[from..].trim())).or(first_heading)
+    first_paragraph_only(body)
+        .or_else(|| body.lines().filter(|l| heading_level(l).is_some()).find_map(|l| non_empty(heading_text(l))))
 }
 
 /// A file's abstract: its summary section, else its first paragraph, from
