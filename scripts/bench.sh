@@ -11,15 +11,22 @@
 #            `search` in context mode over the demo corpus (local store, the
 #            S3 client with and without per-call latency, moto), and the
 #            planner on 1,000 candidates
+#   sessions — the `bench_sessions` binary (tests/src/bin/bench_sessions.rs):
+#            what the dedup ledger adds to a context call, message append
+#            latency, and concurrent appends on one session (local store,
+#            moto, moto with per-call latency)
 #
-#   scripts/bench.sh                 # all four
+#   scripts/bench.sh                 # all five
 #   scripts/bench.sh index size      # some of them
 #
 # Environment: BENCH_RECORDS (default "10000 100000"), BENCH_REPEAT (5),
 # BENCH_QUERIES (200), BENCH_S3=1 to also run the index bench on a local moto
-# S3 server, BENCH_PORT (9011) for `cargo lambda watch`; for `context`:
-# BENCH_ROUNDS (5), BENCH_LATENCY_MS (20), BENCH_PLAN_RUNS (300),
-# BENCH_HASHED=1 (hashed embedder instead of USE-m3), BENCH_NO_MOTO=1.
+# S3 server, BENCH_PORT (9011) for `cargo lambda watch`; for `context` and
+# `sessions`: BENCH_ROUNDS (5), BENCH_LATENCY_MS (20), BENCH_NO_MOTO=1; for
+# `context`: BENCH_PLAN_RUNS (300), BENCH_HASHED=1 (hashed embedder instead
+# of USE-m3); for `sessions`: BENCH_APPENDS (600), BENCH_SLOW_APPENDS (100,
+# the appends with latency), BENCH_CONCURRENT ("32,128"),
+# BENCH_SESSIONS_USE_M3=1 (the USE-m3 embedder instead of the hashed one).
 #
 # Release builds use the workspace profile (fat LTO, codegen-units 1): each
 # takes minutes on a small machine. Everything started here is stopped on
@@ -33,7 +40,7 @@ repeat=${BENCH_REPEAT:-5}
 queries=${BENCH_QUERIES:-200}
 port=${BENCH_PORT:-9011}
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(index size serve context)
+[ ${#parts[@]} -eq 0 ] && parts=(index size serve context sessions)
 want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 
 say() { printf '\n### %s\n' "$*"; }
@@ -69,6 +76,24 @@ if want context; then
   [ -n "${BENCH_NO_MOTO:-}" ] && flags+=(--no-moto)
   say "context: target/release/bench_context ${flags[*]}"
   target/release/bench_context "${flags[@]}"
+fi
+
+if want sessions; then
+  flags=(--rounds "${BENCH_ROUNDS:-5}" --latency-ms "${BENCH_LATENCY_MS:-20}" --appends "${BENCH_APPENDS:-600}"
+    --slow-appends "${BENCH_SLOW_APPENDS:-100}" --concurrent "${BENCH_CONCURRENT:-32,128}")
+  if [ -z "${BENCH_SESSIONS_USE_M3:-}" ]; then
+    # The ledger and the appends do not depend on the embedder: the hashed
+    # one keeps the query embedding (2-3 ms of noise) out of the differences.
+    flags+=(--hashed)
+  elif [ ! -f .skald/models/use-m3/model.bin ] && [ -z "${SKALD_USE_M3_DIR:-}" ]; then
+    echo "the USE-m3 model is missing: run scripts/setup-model.sh (or unset BENCH_SESSIONS_USE_M3)" >&2
+    exit 1
+  fi
+  [ -n "${BENCH_NO_MOTO:-}" ] && flags+=(--no-moto)
+  say "sessions: cargo build --release -p skald-tests --bin bench_sessions"
+  cargo build --quiet --release -p skald-tests --bin bench_sessions
+  say "sessions: target/release/bench_sessions ${flags[*]}"
+  target/release/bench_sessions "${flags[@]}"
 fi
 
 if want size; then
