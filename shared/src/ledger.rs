@@ -119,6 +119,9 @@ pub struct Ledger<'a> {
     pub cooled: HashSet<String>,
     /// `new` or `ok` (see [`DedupStatus`]).
     pub status: &'static str,
+    /// What was read, with the write mode that replaces exactly it: the
+    /// first write attempt needs no second read.
+    loaded: (LedgerData, PutMode),
 }
 
 impl<'a> Ledger<'a> {
@@ -127,17 +130,35 @@ impl<'a> Ledger<'a> {
     ///
     /// Cost: one GET.
     pub async fn load(store: &'a SharedStore, key: String, turn: u64, dedup_turns: u64) -> Self {
-        let data = match store.get(&key).await {
-            Ok(object) => serde_json::from_slice::<LedgerData>(&object.body).ok(),
-            Err(StoreError::NotFound(_)) => None,
+        let read = store.get(&key).await;
+        Self::from_read(store, key, read, turn, dedup_turns)
+    }
+
+    /// The ledger from a GET of `key` the caller already made (so it can
+    /// overlap with other reads). Cost: none.
+    #[must_use]
+    pub fn from_read(
+        store: &'a SharedStore,
+        key: String,
+        read: Result<crate::store::Object, StoreError>,
+        turn: u64,
+        dedup_turns: u64,
+    ) -> Self {
+        let (data, mode) = match read {
+            Ok(object) => match serde_json::from_slice::<LedgerData>(&object.body) {
+                Ok(data) => (Some(data), PutMode::IfMatch(object.meta.etag)),
+                Err(_) => (None, PutMode::IfMatch(object.meta.etag)),
+            },
+            Err(StoreError::NotFound(_)) => (None, PutMode::CreateNew),
             Err(e) => {
                 tracing::warn!(error = %e, "dedup ledger unreadable; treating as new");
-                None
+                (None, PutMode::Overwrite)
             }
         };
         let status = if data.is_some() { "ok" } else { "new" };
         let cooled = data.as_ref().map(|d| cooled(d, turn, dedup_turns)).unwrap_or_default();
-        Self { store, key, turn, dedup_turns, cooled, status }
+        let loaded = (data.unwrap_or_else(LedgerData::empty), mode);
+        Self { store, key, turn, dedup_turns, cooled, status, loaded }
     }
 
     /// The turn clock this ledger was loaded at.
@@ -159,17 +180,27 @@ impl<'a> Ledger<'a> {
     /// Cost: a GET and a conditional PUT per attempt.
     pub async fn record(&self, served: &[(String, String)]) -> &'static str {
         for attempt in 1..=WRITE_ATTEMPTS {
-            let (current, mode) = match self.store.get(&self.key).await {
-                Ok(object) => {
-                    let data =
-                        serde_json::from_slice::<LedgerData>(&object.body).unwrap_or_else(|_| LedgerData::empty());
-                    (data, PutMode::IfMatch(object.meta.etag))
-                }
-                Err(StoreError::NotFound(_)) => (LedgerData::empty(), PutMode::CreateNew),
-                Err(e) => {
-                    tracing::warn!(error = %e, "dedup ledger write failed");
-                    return "write_failed";
-                }
+            let read = if attempt == 1 && self.loaded.1 != PutMode::Overwrite {
+                // The state read at load time (a second GET only after a
+                // conflict, or when that read failed).
+                Some(self.loaded.clone())
+            } else {
+                None
+            };
+            let (current, mode) = match read {
+                Some(loaded) => loaded,
+                None => match self.store.get(&self.key).await {
+                    Ok(object) => {
+                        let data =
+                            serde_json::from_slice::<LedgerData>(&object.body).unwrap_or_else(|_| LedgerData::empty());
+                        (data, PutMode::IfMatch(object.meta.etag))
+                    }
+                    Err(StoreError::NotFound(_)) => (LedgerData::empty(), PutMode::CreateNew),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "dedup ledger write failed");
+                        return "write_failed";
+                    }
+                },
             };
             let next = merge_and_prune(current, served, self.turn, self.dedup_turns);
             let Ok(body) = serde_json::to_vec(&next) else { return "write_failed" };

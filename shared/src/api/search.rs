@@ -451,8 +451,11 @@ async fn open_ledger<'a>(app: &'a App, identity: &Identity, id: &str, turns: u32
     let id =
         SessionId::new(id).map_err(|e| ApiError::field("session_id", "value_error", format!("Value error, {e}")))?;
     let sessions = Sessions::new(&app.store, identity);
-    let turn = sessions.meta(&id).await?.map_or(0, |(meta, _)| meta.user_turn_count);
-    Ok(Ledger::load(&app.store, sessions.ledger_key(&id), turn, u64::from(turns)).await)
+    // The session's meta and its ledger are read together.
+    let key = sessions.ledger_key(&id);
+    let (meta, read) = tokio::join!(sessions.meta(&id), app.store.get(&key));
+    let turn = meta?.map_or(0, |(meta, _)| meta.user_turn_count);
+    Ok(Ledger::from_read(&app.store, key, read, turn, u64::from(turns)))
 }
 
 /// The context-mode result: entries, rendered block, digest and stats.
