@@ -1,5 +1,5 @@
 //! The process-wide context a function builds once at init: configuration,
-//! store, embedder and the warm index cache.
+//! store, embedder, the warm index cache and (lazily) the chat models.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,6 +36,9 @@ pub struct App {
     pub embedder: Arc<dyn Embedder>,
     /// Warm index snapshots per account.
     pub index: IndexCache,
+    /// The chat models of the LLM stages, built on first use.
+    #[cfg(feature = "llm")]
+    pub models: crate::llm::Models,
 }
 
 impl App {
@@ -55,7 +58,16 @@ impl App {
     pub fn with_parts(config: Config, store: SharedStore, embedder: Arc<dyn Embedder>) -> Self {
         let revalidate = Duration::from_millis(config.index.revalidate_after_ms);
         let index = IndexCache::new(Arc::clone(&store), revalidate);
-        Self { config, store, embedder, index }
+        #[cfg(feature = "llm")]
+        let models = crate::llm::Models::new(config.llm.clone(), config.query_planner.clone());
+        Self {
+            config,
+            store,
+            embedder,
+            index,
+            #[cfg(feature = "llm")]
+            models,
+        }
     }
 
     /// The embedder as the index records it.

@@ -2,8 +2,9 @@
 //! here. Relative paths resolve against the configuration file's directory.
 //!
 //! Sources, later ones winning: the file named by `SKALD_CONFIG` (if set),
-//! then `SKALD_STORE` (store location) and `SKALD_S3_ENDPOINT` (S3 endpoint
-//! override) from the environment.
+//! then `SKALD_STORE` (store location), `SKALD_S3_ENDPOINT` (S3 endpoint
+//! override) and the models (`SKALD_LLM_*`, `SKALD_QUERY_PLANNER_*`, see
+//! [`ModelConfig::from_env_prefix`]) from the environment.
 
 use std::path::{Path, PathBuf};
 
@@ -49,6 +50,13 @@ pub struct Config {
     pub index: IndexConfig,
     /// Request limits.
     pub limits: LimitsConfig,
+    /// The main chat model (none by default: both LLM stages are `off`).
+    pub llm: Option<ModelConfig>,
+    /// A dedicated query-planner model for expansion and rewrite (falls
+    /// back to `llm`); `rewrite: "auto"` engages only when it is set.
+    pub query_planner: Option<ModelConfig>,
+    /// Retrieval stage settings: LLM stage caps and the deadline.
+    pub retrieval: RetrievalConfig,
     /// The directory relative paths resolve against (the config file's
     /// directory; the working directory without a file). Not read from JSON.
     #[serde(skip)]
@@ -64,6 +72,9 @@ impl Default for Config {
             embedding: EmbeddingConfig::default(),
             index: IndexConfig::default(),
             limits: LimitsConfig::default(),
+            llm: None,
+            query_planner: None,
+            retrieval: RetrievalConfig::default(),
             base_dir: PathBuf::from("."),
         }
     }
@@ -230,6 +241,110 @@ impl Default for LimitsConfig {
     }
 }
 
+/// A chat model (`llm` or `query_planner`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(tag = "provider", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ModelConfig {
+    /// An OpenAI-compatible `/chat/completions` service (OpenAI, vLLM,
+    /// Ollama, LiteLLM, Volcengine Ark, …).
+    Openai {
+        /// Base URL up to and including `/v1`.
+        base_url: String,
+        /// Model name sent as `model`.
+        model: String,
+        /// Environment variable holding the API key (read when the client
+        /// is first used; unset sends no key). Default `OPENAI_API_KEY`.
+        #[serde(default = "default_api_key_env")]
+        api_key_env: String,
+    },
+    /// Amazon Bedrock Converse, with the function's AWS credentials.
+    Bedrock {
+        /// The model or inference-profile id.
+        model_id: String,
+        /// Region. Default: the environment's (`AWS_REGION`).
+        #[serde(default)]
+        region: Option<String>,
+        /// Endpoint override (a VPC endpoint or a local stand-in).
+        #[serde(default)]
+        endpoint_url: Option<String>,
+    },
+}
+
+impl ModelConfig {
+    /// `openai:{model}` or `bedrock:{model_id}`.
+    #[must_use]
+    pub fn id(&self) -> String {
+        match self {
+            Self::Openai { model, .. } => format!("openai:{model}"),
+            Self::Bedrock { model_id, .. } => format!("bedrock:{model_id}"),
+        }
+    }
+
+    /// The model an environment prefix describes (`{prefix}_MODEL`, with
+    /// `{prefix}_PROVIDER` = `openai` (default) or `bedrock`; for OpenAI
+    /// `{prefix}_BASE_URL` (default `https://api.openai.com/v1`) and the key
+    /// in `{prefix}_API_KEY`; for Bedrock `{prefix}_REGION`), or `None`
+    /// when `{prefix}_MODEL` is unset.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for an unknown provider.
+    pub fn from_env_prefix(prefix: &str) -> Result<Option<Self>, ConfigError> {
+        let var = |name: &str| std::env::var(format!("{prefix}_{name}")).ok().filter(|v| !v.is_empty());
+        let Some(model) = var("MODEL") else { return Ok(None) };
+        match var("PROVIDER").as_deref() {
+            None | Some("openai") => Ok(Some(Self::Openai {
+                base_url: var("BASE_URL").unwrap_or_else(|| "https://api.openai.com/v1".to_owned()),
+                model,
+                api_key_env: format!("{prefix}_API_KEY"),
+            })),
+            Some("bedrock") => Ok(Some(Self::Bedrock { model_id: model, region: var("REGION"), endpoint_url: None })),
+            Some(other) => Err(ConfigError::Invalid {
+                path: "environment".to_owned(),
+                message: format!("{prefix}_PROVIDER must be openai or bedrock, not {other:?}"),
+            }),
+        }
+    }
+}
+
+/// Retrieval stage settings (CONTRACT §9).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetrievalConfig {
+    /// Query expansion's cap in seconds. Default 10.
+    pub recall_intent_timeout_s: f64,
+    /// The rewrite's cap in seconds. Default 60.
+    pub recall_rewrite_timeout_s: f64,
+    /// The API Gateway integration limit in seconds, counted from the
+    /// invocation start. Default 29.
+    pub gateway_timeout_s: f64,
+    /// Time kept back after an LLM stage for the rest of the request, in
+    /// milliseconds (expansion keeps twice this: retrieval follows it).
+    /// Default 1000.
+    pub stage_reserve_ms: u64,
+    /// Whether query expansion may run at all. Default true.
+    pub enable_intent: bool,
+}
+
+impl Default for RetrievalConfig {
+    fn default() -> Self {
+        Self {
+            recall_intent_timeout_s: 10.0,
+            recall_rewrite_timeout_s: 60.0,
+            gateway_timeout_s: 29.0,
+            stage_reserve_ms: 1_000,
+            enable_intent: true,
+        }
+    }
+}
+
+impl RetrievalConfig {
+    /// Seconds as a duration; non-finite or negative values count as 0.
+    #[must_use]
+    pub fn seconds(value: f64) -> std::time::Duration {
+        std::time::Duration::try_from_secs_f64(value).unwrap_or_default()
+    }
+}
+
 impl Config {
     /// Parses a configuration document; relative paths resolve against
     /// `base_dir`.
@@ -274,6 +389,12 @@ impl Config {
         {
             config.s3.endpoint_url = Some(endpoint);
             config.s3.force_path_style = true;
+        }
+        if let Some(model) = ModelConfig::from_env_prefix("SKALD_LLM")? {
+            config.llm = Some(model);
+        }
+        if let Some(model) = ModelConfig::from_env_prefix("SKALD_QUERY_PLANNER")? {
+            config.query_planner = Some(model);
         }
         Ok(config)
     }

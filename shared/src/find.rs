@@ -170,24 +170,53 @@ pub fn build_filter(identity: &Identity, params: &FindParams) -> Filter {
 /// 503 when the embedder or store fails or the index was built by another
 /// embedder.
 pub async fn find(app: &App, identity: &Identity, params: &FindParams, now: i64) -> Result<Value, ApiError> {
+    find_queries(app, identity, params, &[params.query.as_str()], now).await
+}
+
+/// [`find`] over several queries (an expanded query plan): every query
+/// searches with `params`, hits are merged by node (best score), sorted by
+/// score and cut to `limit`. With one query this is exactly [`find`].
+///
+/// Cost: one embedding call for all queries, one manifest HEAD, one scan
+/// per query.
+///
+/// # Errors
+/// As [`find`].
+pub async fn find_queries(
+    app: &App,
+    identity: &Identity,
+    params: &FindParams,
+    queries: &[&str],
+    now: i64,
+) -> Result<Value, ApiError> {
     // The index revalidation (a store round trip) and the query embedding
     // (CPU) overlap.
-    let query = [params.query.as_str()];
-    let (snapshot, vectors) = tokio::join!(checked_snapshot(app, identity), app.embedder.embed(&query));
+    let (snapshot, vectors) = tokio::join!(checked_snapshot(app, identity), app.embedder.embed(queries));
     let snapshot = snapshot?;
     let filter = build_filter(identity, params);
-    let hits = if snapshot.is_empty() {
-        Vec::new()
-    } else {
-        let vector = vectors?.into_iter().next().unwrap_or_default();
-        snapshot.search(&SearchParams {
-            vector: &vector,
-            filter: &filter,
-            limit: params.limit,
-            score_threshold: params.score_threshold,
-            decay: params.decay_window_s.map(|window_s| EventDecay { now, window_s, field: params.time_field }),
-        })
-    };
+    let mut hits: Vec<Hit<'_>> = Vec::new();
+    if !snapshot.is_empty() {
+        for vector in &vectors? {
+            let found = snapshot.search(&SearchParams {
+                vector,
+                filter: &filter,
+                limit: params.limit,
+                score_threshold: params.score_threshold,
+                decay: params.decay_window_s.map(|window_s| EventDecay { now, window_s, field: params.time_field }),
+            });
+            for hit in found {
+                match hits.iter_mut().find(|h| std::ptr::eq(h.record, hit.record)) {
+                    Some(kept) if hit.score > kept.score => *kept = hit,
+                    Some(_) => {}
+                    None => hits.push(hit),
+                }
+            }
+        }
+        if queries.len() > 1 {
+            hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+            hits.truncate(params.limit);
+        }
+    }
     let contents = if params.read_content { read_contents(app, identity, &hits).await } else { Vec::new() };
     let mut buckets: [Vec<Value>; 3] = Default::default();
     for (i, hit) in hits.iter().enumerate() {

@@ -9,12 +9,15 @@ pub mod app;
 #[cfg(feature = "assemble")]
 pub mod assemble;
 pub mod config;
+pub mod deadline;
 pub mod embed;
 pub mod find;
 pub mod identity;
 pub mod index;
 pub mod ingest;
 pub mod ledger;
+#[cfg(feature = "llm")]
+pub mod llm;
 pub mod sessions;
 pub mod store;
 pub mod timeparse;

@@ -309,29 +309,64 @@ impl<'a> Sessions<'a> {
         Err(SessionError::Contention(id.as_str().to_owned()))
     }
 
-    /// The last `n` messages (by sequence), oldest first.
+    /// The last `n` messages, oldest first: the `n` slots below the
+    /// meta's `next_seq`, read concurrently (a slot a racing retry gave
+    /// back is skipped, so fewer may come back).
     ///
-    /// Cost: one list of the session's messages and a GET per message
-    /// returned.
+    /// Cost: up to `n` concurrent GETs; no listing.
     ///
     /// # Errors
     /// Store or decoding errors.
-    pub async fn recent_messages(&self, id: &SessionId, n: usize) -> Result<Vec<StoredMessage>, SessionError> {
-        let mut keys: Vec<String> =
-            self.store.list(&self.key(id, "messages/")).await?.into_iter().map(|m| m.key).collect();
-        keys.sort();
-        let mut out = Vec::new();
-        for key in keys.iter().skip(keys.len().saturating_sub(n)) {
-            match self.store.get(key).await {
-                Ok(object) => out.push(
-                    serde_json::from_slice(&object.body)
-                        .map_err(|e| SessionError::Corrupt(format!("message {key}: {e}")))?,
-                ),
-                Err(StoreError::NotFound(_)) => {}
-                Err(e) => return Err(e.into()),
+    pub async fn recent_messages(
+        &self,
+        id: &SessionId,
+        meta: &SessionMeta,
+        n: usize,
+    ) -> Result<Vec<StoredMessage>, SessionError> {
+        let end = meta.next_seq.max(meta.total_message_count);
+        let start = end.saturating_sub(n as u64);
+        let reads = (start..end).map(|seq| {
+            let key = self.message_key(id, seq);
+            async move {
+                match self.store.get(&key).await {
+                    Ok(object) => serde_json::from_slice::<StoredMessage>(&object.body)
+                        .map(Some)
+                        .map_err(|e| SessionError::Corrupt(format!("message {key}: {e}"))),
+                    Err(StoreError::NotFound(_)) => Ok(None),
+                    Err(e) => Err(e.into()),
+                }
             }
-        }
-        Ok(out)
+        });
+        let read = futures_util::future::join_all(reads).await;
+        read.into_iter().filter_map(Result::transpose).collect()
+    }
+
+    /// The session's newest archive overview
+    /// (`history/archive_NNN/.overview.md`, by name) and the archive's URI;
+    /// `None` when the session has no archive.
+    ///
+    /// Cost: one list of the session's `history/` and one GET.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn latest_archive_overview(&self, id: &SessionId) -> Result<Option<(VikingUri, String)>, SessionError> {
+        let mut overviews: Vec<String> = self
+            .store
+            .list(&self.key(id, "history/"))
+            .await?
+            .into_iter()
+            .map(|m| m.key)
+            .filter(|k| k.ends_with("/.overview.md"))
+            .collect();
+        overviews.sort();
+        let Some(key) = overviews.pop() else { return Ok(None) };
+        let text = match self.store.get(&key).await {
+            Ok(object) => String::from_utf8_lossy(&object.body).into_owned(),
+            Err(StoreError::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let uri = crate::uri::uri_for_tree_key(&self.identity.account, key.trim_end_matches("/.overview.md"));
+        Ok(uri.map(|uri| (uri, crate::index::extract::directory_overview(&text).to_owned())))
     }
 }
 

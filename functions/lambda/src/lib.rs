@@ -1,11 +1,12 @@
 //! The Lambda edge every Skald function shares — the only crate besides the
 //! function binaries that knows Lambda. It turns API Gateway (HTTP API
 //! payload 2.0 / Function URL) events into library requests, attaches the
-//! authorizer's claims, logs one line per request, and runs the runtime.
+//! authorizer's claims and the invocation deadline, logs one line per
+//! request, and runs the runtime.
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Error, RequestExt as _, service_fn};
@@ -13,6 +14,7 @@ use serde_json::{Map, Value};
 use skald::api::auth::AuthorizerClaims;
 use skald::app::App;
 use skald::config::Config;
+use skald::deadline::InvocationDeadline;
 
 /// Logs to stdout for CloudWatch: no colours, no timestamps (CloudWatch
 /// adds its own), level from `RUST_LOG` (default `info`).
@@ -37,11 +39,21 @@ pub fn authorizer_claims(event: &lambda_http::Request) -> Option<AuthorizerClaim
     (!claims.is_empty()).then_some(AuthorizerClaims(claims))
 }
 
+/// The invocation's deadline as an instant, from the runtime context's
+/// `deadline` (milliseconds since the epoch); `None` outside Lambda.
+#[must_use]
+pub fn invocation_deadline(event: &lambda_http::Request) -> Option<Instant> {
+    let deadline_ms = event.lambda_context_ref()?.deadline;
+    let now_ms = u64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_millis()).ok()?;
+    Some(Instant::now() + Duration::from_millis(deadline_ms.saturating_sub(now_ms)))
+}
+
 /// A Lambda event as a library request: method, URI, headers and body,
-/// with the authorizer's claims as an extension.
+/// with the authorizer's claims and the invocation deadline as extensions.
 #[must_use]
 pub fn to_library_request(event: lambda_http::Request) -> http::Request<bytes::Bytes> {
     let claims = authorizer_claims(&event);
+    let deadline = invocation_deadline(&event);
     let (parts, body) = event.into_parts();
     let bytes = match body {
         Body::Empty => bytes::Bytes::new(),
@@ -52,6 +64,9 @@ pub fn to_library_request(event: lambda_http::Request) -> http::Request<bytes::B
     let mut request = http::Request::from_parts(parts, bytes);
     if let Some(claims) = claims {
         request.extensions_mut().insert(claims);
+    }
+    if let Some(at) = deadline {
+        request.extensions_mut().insert(InvocationDeadline(at));
     }
     request
 }

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use super::search::{bootstrap, parse};
-use super::{Admitted, admit, error_response, ok, telemetry};
+use super::{Admitted, admit, error_response, ok, telemetry, within_deadline};
 use crate::app::App;
 
 /// Handles one bootstrap request.
@@ -16,7 +16,7 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
         Ok(a) => a,
         Err(e) => return error_response(&e),
     };
-    match run(app, &admitted).await {
+    match within_deadline(&admitted.deadline, run(app, &admitted)).await {
         Ok((result, wants_telemetry)) => ok(result, telemetry(wants_telemetry, "search.bootstrap", admitted.started)),
         Err(e) => error_response(&e),
     }

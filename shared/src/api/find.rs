@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::error::{ApiError, FieldError};
 use super::fields::Body;
-use super::{Admitted, admit, error_response, ok, telemetry};
+use super::{Admitted, admit, error_response, ok, telemetry, within_deadline};
 use crate::app::App;
 use crate::find::{FindParams, authorize_targets, find};
 use crate::identity::Identity;
@@ -48,7 +48,7 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
         Ok(a) => a,
         Err(e) => return error_response(&e),
     };
-    match run(app, &admitted).await {
+    match within_deadline(&admitted.deadline, run(app, &admitted)).await {
         Ok((result, wants_telemetry)) => ok(result, telemetry(wants_telemetry, "search.find", admitted.started)),
         Err(e) => error_response(&e),
     }

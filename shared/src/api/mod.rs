@@ -11,6 +11,7 @@ use http::{Method, Request, Response, StatusCode, header};
 use serde_json::{Value, json};
 
 use crate::app::App;
+use crate::deadline::{CLIENT_TIMEOUT_HEADER, Deadline, InvocationDeadline, parse_client_timeout};
 use crate::identity::Identity;
 
 pub mod auth;
@@ -40,6 +41,8 @@ pub struct Admitted<'a> {
     pub now: i64,
     /// When handling started (for telemetry).
     pub started: Instant,
+    /// The request's effective deadline (CONTRACT §9).
+    pub deadline: Deadline,
 }
 
 /// Checks method and size and resolves the identity: the steps every POST
@@ -47,7 +50,7 @@ pub struct Admitted<'a> {
 ///
 /// # Errors
 /// 405 for a method other than POST, 413 over the body limit, 401/400 for
-/// identity problems.
+/// identity problems, 400 for a malformed `X-Client-Timeout-Ms`.
 pub fn admit<'a>(app: &App, request: &'a Request<Bytes>) -> Result<Admitted<'a>, ApiError> {
     admit_method(app, request, &Method::POST)
 }
@@ -69,7 +72,46 @@ pub fn admit_method<'a>(app: &App, request: &'a Request<Bytes>, method: &Method)
     let claims = request.extensions().get::<auth::AuthorizerClaims>();
     let identity = auth::resolve_identity(&app.config.identity, request.headers(), claims)?;
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
-    Ok(Admitted { identity, body, headers: request.headers(), now, started })
+    let deadline = request_deadline(app, request, started)?;
+    Ok(Admitted { identity, body, headers: request.headers(), now, started, deadline })
+}
+
+/// The effective deadline of `request`, which started at `started`: the
+/// Lambda deadline (when the edge attached one), the configured gateway
+/// limit and the client's `X-Client-Timeout-Ms`.
+///
+/// # Errors
+/// 400 naming the header when `X-Client-Timeout-Ms` is not a positive
+/// whole number.
+pub fn request_deadline(app: &App, request: &Request<Bytes>, started: Instant) -> Result<Deadline, ApiError> {
+    let client = request
+        .headers()
+        .get(CLIENT_TIMEOUT_HEADER)
+        .map(|v| parse_client_timeout(v.as_bytes()))
+        .transpose()
+        .map_err(ApiError::InvalidArgument)?;
+    let lambda = request.extensions().get::<InvocationDeadline>().map(|d| d.0);
+    let gateway = crate::config::RetrievalConfig::seconds(app.config.retrieval.gateway_timeout_s);
+    Ok(Deadline::effective(started, lambda, gateway, client))
+}
+
+/// Runs `work` until the request's hard stop (just before its deadline):
+/// every store, embedder and model call inside it is bounded by the
+/// deadline.
+///
+/// # Errors
+/// `work`'s error, or 503 when the deadline came first.
+pub async fn within_deadline<T>(
+    deadline: &Deadline,
+    work: impl std::future::Future<Output = Result<T, ApiError>>,
+) -> Result<T, ApiError> {
+    match tokio::time::timeout_at(deadline.hard_stop().into(), work).await {
+        Ok(result) => result,
+        Err(_) => Err(ApiError::Unavailable(format!(
+            "the request reached its deadline (set by the {} limit) before a result was ready",
+            deadline.source.as_str()
+        ))),
+    }
 }
 
 /// `{"status":"ok","result":…}` (plus `telemetry` when given) as a 200.

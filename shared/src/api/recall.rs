@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 use super::error::ApiError;
 use super::fields::Body;
 use super::search::{CONTEXT_ONLY_FIELDS, parse};
-use super::{Admitted, admit, error_response, ok, telemetry};
+use super::{Admitted, admit, error_response, ok, telemetry, within_deadline};
 use crate::app::App;
 use crate::assemble::params::Tier;
 
@@ -155,7 +155,7 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
         Ok(a) => a,
         Err(e) => return error_response(&e),
     };
-    match run(app, &admitted).await {
+    match within_deadline(&admitted.deadline, run(app, &admitted)).await {
         Ok((result, aliases, wants_telemetry)) => {
             let mut response = ok(result, telemetry(wants_telemetry, "search.recall", admitted.started));
             if !aliases.is_empty() {
@@ -179,7 +179,7 @@ async fn run(app: &App, admitted: &Admitted<'_>) -> Result<(Value, Vec<&'static 
     let mut request = parse(&bytes, admitted.now)?;
     request.assemble.render = folded.render;
     super::find::check_query(app, &request.common.params.query, request.common.has_image)?;
-    let mut result = super::search::context(app, &admitted.identity, &request).await?;
+    let mut result = super::search::context(app, &admitted.identity, &request, &admitted.deadline).await?;
     if !folded.aliases_used.is_empty() {
         result["stats"]["deprecated"] = json!({
             "endpoint": "/api/v1/search/recall",

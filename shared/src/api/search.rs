@@ -3,7 +3,8 @@
 //! (the assembly line). Strict parsing, the validation matrix of CONTRACT
 //! §6–7, defaults applied in one place ([`parse`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -12,17 +13,21 @@ use serde_json::{Map, Value, json};
 use super::error::{ApiError, FieldError};
 use super::fields::Body;
 use super::find::{Common, FIND_FIELDS, authorize, check_query, parse_common};
-use super::{Admitted, admit, error_response, ok, telemetry};
+use super::{Admitted, admit, error_response, ok, telemetry, within_deadline};
 use crate::app::App;
 use crate::assemble::params::{
     AssembleParams, DEFAULT_SCORE_THRESHOLD, DETAIL_KEYS, Detail, MAX_EXCLUDE_URIS, MAX_MAX_TOKENS, MIN_MAX_TOKENS,
     PeerScope, QUOTA_KEYS, Tier, builtin_purpose, default_penalties,
 };
 use crate::assemble::{Assembled, assemble};
-use crate::find::{authorize_targets, find};
+use crate::config::RetrievalConfig;
+use crate::deadline::Deadline;
+use crate::find::{authorize_targets, find, find_queries};
 use crate::identity::Identity;
 use crate::index::{Category, Exclusion};
 use crate::ledger::{DedupStatus, Ledger};
+use crate::llm::expansion::{self, Expansion, ExpansionStatus, RECENT_MESSAGES, SessionContext};
+use crate::llm::rewrite::{self, RewriteStatus, Rewritten};
 use crate::sessions::{SessionId, Sessions};
 use crate::uri::VikingUri;
 
@@ -357,7 +362,7 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
         Ok(a) => a,
         Err(e) => return error_response(&e),
     };
-    match run(app, &admitted).await {
+    match within_deadline(&admitted.deadline, run(app, &admitted)).await {
         Ok((result, wants_telemetry)) => ok(result, telemetry(wants_telemetry, "search.search", admitted.started)),
         Err(e) => error_response(&e),
     }
@@ -370,15 +375,164 @@ async fn run(app: &App, admitted: &Admitted<'_>) -> Result<(Value, bool), ApiErr
     }
     let wants_telemetry = request.common.telemetry;
     let result = match request.mode {
-        Mode::List => {
-            let mut params = request.common.params.clone();
-            params.targets = authorize(&admitted.identity, &request.common.targets)?;
-            find(app, &admitted.identity, &params, admitted.now).await?
-        }
-        Mode::Context => context(app, &admitted.identity, &request).await?,
+        Mode::List => list(app, admitted, &request).await?,
+        Mode::Context => context(app, &admitted.identity, &request, &admitted.deadline).await?,
         Mode::Bootstrap => bootstrap(app, &admitted.identity, &request, admitted.now).await?,
     };
     Ok((result, wants_telemetry))
+}
+
+/// Runs list mode: exactly `find`, unless a session with context is given
+/// and a model is configured; then the query is expanded (the same bounded
+/// stage as context mode), every planned query searches too, hits merge by
+/// node, and the result adds the reference's `query_plan`. A failed or late
+/// expansion falls back to plain `find`.
+///
+/// # Errors
+/// 403 for a target outside the caller's tree; 503 when a dependency fails.
+async fn list(app: &App, admitted: &Admitted<'_>, request: &SearchRequest) -> Result<Value, ApiError> {
+    let identity = &admitted.identity;
+    let mut params = request.common.params.clone();
+    params.targets = authorize(identity, &request.common.targets)?;
+    let session = match request.session_id.as_deref().map(parse_session_id).transpose()? {
+        Some(id) if expansion_enabled(app, true) => id,
+        _ => return find(app, identity, &params, admitted.now).await,
+    };
+    let loaded = load_session(app, identity, &session, 0, true).await?;
+    let expansion = expand_query(app, &loaded, &params.query, &admitted.deadline).await;
+    let Some(plan) = expansion.plan.as_ref().filter(|_| expansion.status == ExpansionStatus::Used) else {
+        if let Some(error) = &expansion.error {
+            tracing::warn!(status = expansion.status.as_str(), error, "list-mode query expansion fell back to find");
+        }
+        return find(app, identity, &params, admitted.now).await;
+    };
+    let queries: Vec<&str> = expansion.queries.iter().map(String::as_str).collect();
+    let mut result = find_queries(app, identity, &params, &queries, admitted.now).await?;
+    if let Value::Object(map) = &mut result {
+        // `query_plan` sits before `total`, as the reference orders it.
+        let total = map.remove("total");
+        map.insert("query_plan".into(), plan.to_json());
+        if let Some(total) = total {
+            map.insert("total".into(), total);
+        }
+    }
+    Ok(result)
+}
+
+fn parse_session_id(id: &str) -> Result<SessionId, ApiError> {
+    SessionId::new(id).map_err(|e| ApiError::field("session_id", "value_error", format!("Value error, {e}")))
+}
+
+/// Whether query expansion may run: asked for, enabled in the
+/// configuration, and a model configured.
+fn expansion_enabled(app: &App, requested: bool) -> bool {
+    requested && app.config.retrieval.enable_intent && app.models.any()
+}
+
+/// What context and list mode read of a session before retrieval.
+struct LoadedSession<'a> {
+    /// The dedup ledger (only with `dedup_turns > 0`).
+    ledger: Option<Ledger<'a>>,
+    /// The context for the LLM stages (empty unless asked for).
+    context: SessionContext,
+    /// Why the context could not be read (the stages then fail softly).
+    context_error: Option<String>,
+}
+
+/// Reads what a request needs of its session in two rounds: the meta, the
+/// ledger and the archive overview together, then the last messages.
+///
+/// # Errors
+/// 503 when the meta cannot be read and the ledger needs it; a context
+/// that cannot be read is reported in [`LoadedSession::context_error`].
+async fn load_session<'a>(
+    app: &'a App,
+    identity: &Identity,
+    id: &SessionId,
+    dedup_turns: u32,
+    want_context: bool,
+) -> Result<LoadedSession<'a>, ApiError> {
+    let sessions = Sessions::new(&app.store, identity);
+    let ledger_key = sessions.ledger_key(id);
+    let want_ledger = dedup_turns > 0;
+    let (meta, ledger_read, archive) = tokio::join!(
+        sessions.meta(id),
+        async { if want_ledger { Some(app.store.get(&ledger_key).await) } else { None } },
+        async { if want_context { Some(sessions.latest_archive_overview(id).await) } else { None } },
+    );
+    let mut context_error = None;
+    let meta = match meta {
+        Ok(meta) => meta.map(|(meta, _)| meta),
+        Err(e) if want_ledger => return Err(e.into()),
+        Err(e) => {
+            context_error = Some(e.to_string());
+            None
+        }
+    };
+    let ledger = ledger_read.map(|read| {
+        let turn = meta.as_ref().map_or(0, |m| m.user_turn_count);
+        Ledger::from_read(&app.store, ledger_key, read, turn, u64::from(dedup_turns))
+    });
+    let mut context = SessionContext::default();
+    match archive {
+        Some(Ok(found)) => context.overview = found.map(|(_, text)| text),
+        Some(Err(e)) => context_error = Some(e.to_string()),
+        None => {}
+    }
+    if want_context && let Some(meta) = &meta {
+        match sessions.recent_messages(id, meta, RECENT_MESSAGES).await {
+            Ok(messages) => context.messages = messages.iter().map(|m| (m.role.clone(), m.text())).collect(),
+            Err(e) => context_error = Some(e.to_string()),
+        }
+    }
+    Ok(LoadedSession { ledger, context, context_error })
+}
+
+/// The expansion stage for `query`, bounded by the deadline: `off` without
+/// session context, `failed` when the context could not be read.
+async fn expand_query(app: &App, loaded: &LoadedSession<'_>, query: &str, deadline: &Deadline) -> Expansion {
+    if let Some(error) = &loaded.context_error {
+        return Expansion::original(query, ExpansionStatus::Failed, Some(format!("session context: {error}")));
+    }
+    let Some(model) = app.models.planner().filter(|_| !loaded.context.is_empty()) else {
+        return Expansion::original(query, ExpansionStatus::Off, None);
+    };
+    let retrieval = &app.config.retrieval;
+    let cap = RetrievalConfig::seconds(retrieval.recall_intent_timeout_s);
+    // Retrieval and the answer still follow expansion: keep two reserves.
+    let reserve = Duration::from_millis(retrieval.stage_reserve_ms.saturating_mul(2));
+    let budget = deadline.stage_budget(Instant::now(), cap, reserve);
+    expansion::expand(model.as_ref(), &loaded.context, query, budget).await
+}
+
+/// The rewrite stage over the assembled block, bounded by the deadline.
+async fn rewrite_block(
+    app: &App,
+    request: &SearchRequest,
+    assembled: &Assembled,
+    context: &SessionContext,
+    deadline: &Deadline,
+) -> Rewritten {
+    let wanted = match request.rewrite {
+        Rewrite::Off => false,
+        Rewrite::On => true,
+        Rewrite::Auto => app.models.has_dedicated_planner(),
+    };
+    if !wanted {
+        return Rewritten::without_digest(RewriteStatus::Off, None);
+    }
+    let Some(model) = app.models.planner() else {
+        return Rewritten::without_digest(RewriteStatus::Failed, Some("no model is configured for the rewrite".into()));
+    };
+    let uris: Vec<String> = assembled.entries.iter().map(|e| e.candidate.uri.to_string()).collect();
+    let served: HashSet<&str> = uris.iter().map(String::as_str).collect();
+    let slice = rewrite::session_slice(context, &served);
+    let cap = RetrievalConfig::seconds(app.config.retrieval.recall_rewrite_timeout_s);
+    let reserve = Duration::from_millis(app.config.retrieval.stage_reserve_ms);
+    let budget = deadline.stage_budget(Instant::now(), cap, reserve);
+    let query = request.common.params.query.as_str();
+    rewrite::rewrite(model.as_ref(), query, &assembled.rendered, &slice, request.rewrite_max_bullets, &served, budget)
+        .await
 }
 
 /// Runs bootstrap mode: the slot manifest, planned and rendered within
@@ -406,30 +560,65 @@ pub async fn bootstrap(app: &App, identity: &Identity, request: &SearchRequest, 
     Ok(json!({ "entries": entries, "rendered": rendered, "digest": "", "stats": stats }))
 }
 
-/// Runs context mode: authorises `exclude_uris`, assembles, and adds the
-/// pipeline's stats.
+/// Runs context mode: authorises `exclude_uris`, reads the session (ledger
+/// and context) when one is given, expands the query, assembles, rewrites,
+/// records the ledger, and adds the pipeline's stats. The LLM stages and
+/// the ledger write never fail the request and never run past `deadline`.
 ///
 /// # Errors
-/// 403 for an `exclude_uris` entry outside the caller's tree; 503 when a
-/// dependency fails.
-pub async fn context(app: &App, identity: &Identity, request: &SearchRequest) -> Result<Value, ApiError> {
+/// 403 for an `exclude_uris` entry outside the caller's tree; 400 for a
+/// malformed session id; 503 when a dependency fails.
+pub async fn context(
+    app: &App,
+    identity: &Identity,
+    request: &SearchRequest,
+    deadline: &Deadline,
+) -> Result<Value, ApiError> {
     authorize_targets(identity, &request.assemble.exclude)
         .map_err(|_| ApiError::PermissionDenied("exclude_uris names a URI outside the caller's tree".into()))?;
     let mut exclusion = Exclusion { subtrees: request.assemble.exclude.clone(), ..Exclusion::default() };
-    let ledger = match (&request.session_id, request.dedup_turns) {
-        (Some(id), turns) if turns > 0 => Some(open_ledger(app, identity, id, turns).await?),
+    let query = request.common.params.query.as_str();
+    let wants_expansion = expansion_enabled(app, request.query_expansion);
+    let wants_rewrite = request.rewrite != Rewrite::Off;
+    let session = request.session_id.as_deref().map(parse_session_id).transpose()?;
+    let loaded = match &session {
+        Some(id) if request.dedup_turns > 0 || wants_expansion || wants_rewrite => {
+            Some(load_session(app, identity, id, request.dedup_turns, wants_expansion || wants_rewrite).await?)
+        }
         _ => None,
     };
-    if let Some(ledger) = &ledger {
+    let expansion = match &loaded {
+        Some(loaded) if wants_expansion => expand_query(app, loaded, query, deadline).await,
+        _ => Expansion::original(query, ExpansionStatus::Off, None),
+    };
+    let ledger = loaded.as_ref().and_then(|l| l.ledger.as_ref());
+    if let Some(ledger) = ledger {
         exclusion.exact = ledger.cooled_uris();
     }
-    let assembled = assemble(app, identity, &request.assemble, &exclusion).await?;
-    let dedup = match &ledger {
+    let mut params = request.assemble.clone();
+    params.queries.clone_from(&expansion.queries);
+    let mut assembled = assemble(app, identity, &params, &exclusion).await?;
+    let empty = SessionContext::default();
+    let session_context = loaded.as_ref().map_or(&empty, |l| &l.context);
+    let rewritten = rewrite_block(app, request, &assembled, session_context, deadline).await;
+    if rewritten.status == RewriteStatus::NoRelevant {
+        assembled.rendered.clear();
+    }
+    let dedup = match ledger {
         None => DedupStatus::off(u64::from(request.dedup_turns)),
         Some(ledger) => {
-            let served: Vec<(String, String)> =
-                assembled.entries.iter().map(|e| (e.candidate.uri.to_string(), e.tier.as_str().to_owned())).collect();
-            let status = ledger.record(&served).await;
+            let status = if rewritten.status == RewriteStatus::NoRelevant {
+                // Nothing was injected: nothing is recorded.
+                ledger.status
+            } else {
+                let served: Vec<(String, String)> = assembled
+                    .entries
+                    .iter()
+                    .map(|e| (e.candidate.uri.to_string(), e.tier.as_str().to_owned()))
+                    .collect();
+                let until = tokio::time::Instant::from_std(deadline.hard_stop());
+                tokio::time::timeout_at(until, ledger.record(&served)).await.unwrap_or("write_failed")
+            };
             DedupStatus {
                 turns: u64::from(request.dedup_turns),
                 status,
@@ -438,37 +627,34 @@ pub async fn context(app: &App, identity: &Identity, request: &SearchRequest) ->
             }
         }
     };
-    Ok(context_result(assembled, request, &dedup))
-}
-
-/// The session's ledger at its current turn (its `user_turn_count`; 0 for
-/// a session that does not exist yet).
-///
-/// # Errors
-/// 400 for a malformed session id; 503 when the session's meta cannot be
-/// read.
-async fn open_ledger<'a>(app: &'a App, identity: &Identity, id: &str, turns: u32) -> Result<Ledger<'a>, ApiError> {
-    let id =
-        SessionId::new(id).map_err(|e| ApiError::field("session_id", "value_error", format!("Value error, {e}")))?;
-    let sessions = Sessions::new(&app.store, identity);
-    // The session's meta and its ledger are read together.
-    let key = sessions.ledger_key(&id);
-    let (meta, read) = tokio::join!(sessions.meta(&id), app.store.get(&key));
-    let turn = meta?.map_or(0, |(meta, _)| meta.user_turn_count);
-    Ok(Ledger::from_read(&app.store, key, read, turn, u64::from(turns)))
+    Ok(context_result(assembled, request, &dedup, &expansion, &rewritten))
 }
 
 /// The context-mode result: entries, rendered block, digest and stats.
+/// `query_expansion_error` and `rewrite_error` say why a stage failed or
+/// timed out (present only then).
 #[must_use]
-pub fn context_result(assembled: Assembled, request: &SearchRequest, dedup: &DedupStatus) -> Value {
+pub fn context_result(
+    assembled: Assembled,
+    request: &SearchRequest,
+    dedup: &DedupStatus,
+    expansion: &Expansion,
+    rewritten: &Rewritten,
+) -> Value {
     let Assembled { entries, rendered, mut stats } = assembled;
     let mut put = |k: &str, v: Value| {
         stats.insert(k.to_owned(), v);
     };
-    put("query_expansion", json!("off"));
-    put("planned_queries", json!([]));
-    put("rewrite", json!("off"));
-    put("rewrite_usage", Value::Null);
+    put("query_expansion", json!(expansion.status.as_str()));
+    put("planned_queries", json!(expansion.planned()));
+    if let Some(error) = &expansion.error {
+        put("query_expansion_error", json!(error));
+    }
+    put("rewrite", json!(rewritten.status.as_str()));
+    put("rewrite_usage", rewritten.usage.map_or(Value::Null, |u| json!(u)));
+    if let Some(error) = &rewritten.error {
+        put("rewrite_error", json!(error));
+    }
     put("dedup", dedup.to_json());
     if !request.ignored.is_empty() {
         put("ignored", json!(request.ignored));
@@ -477,7 +663,7 @@ pub fn context_result(assembled: Assembled, request: &SearchRequest, dedup: &Ded
     let mut out = Map::new();
     out.insert("entries".into(), Value::Array(entries));
     out.insert("rendered".into(), Value::String(rendered));
-    out.insert("digest".into(), Value::String(String::new()));
+    out.insert("digest".into(), Value::String(rewritten.digest.clone()));
     out.insert("stats".into(), Value::Object(stats));
     Value::Object(out)
 }

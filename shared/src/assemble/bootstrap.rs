@@ -228,30 +228,6 @@ async fn read_text(app: &App, key: &str) -> Result<Option<String>, StoreError> {
     }
 }
 
-/// The session's newest archive overview (`history/archive_NNN/.overview.md`).
-async fn latest_archive(
-    app: &App,
-    identity: &Identity,
-    session: &crate::sessions::SessionId,
-) -> Option<(VikingUri, String)> {
-    let base = identity.user_root().join(&format!("sessions/{}/history", session.as_str())).ok()?;
-    let prefix = format!("{}/", tree_key(&identity.account, &base));
-    let mut overviews: Vec<String> = app
-        .store
-        .list(&prefix)
-        .await
-        .ok()?
-        .into_iter()
-        .map(|m| m.key)
-        .filter(|k| k.ends_with("/.overview.md"))
-        .collect();
-    overviews.sort();
-    let key = overviews.pop()?;
-    let text = read_text(app, &key).await.ok()??;
-    let uri = crate::uri::uri_for_tree_key(&identity.account, key.trim_end_matches("/.overview.md"))?;
-    Some((uri, crate::index::extract::directory_overview(&text).to_owned()))
-}
-
 /// Assembles the bootstrap block for `identity`.
 ///
 /// Cost: one manifest HEAD (plus segments when changed), the profile read,
@@ -299,7 +275,8 @@ pub async fn bootstrap(
             }
             Slot::Continuity => {
                 if let Some(session) = &params.session_id
-                    && let Some((uri, text)) = latest_archive(app, identity, session).await
+                    && let Ok(Some((uri, text))) =
+                        crate::sessions::Sessions::new(&app.store, identity).latest_archive_overview(session).await
                 {
                     reads += 1;
                     bytes_read += text.len() as u64;

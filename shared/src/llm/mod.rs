@@ -1,0 +1,232 @@
+//! Chat models for the two optional LLM stages (CONTRACT §9): query
+//! expansion ([`expansion`]) and the digest rewrite ([`rewrite`]).
+//!
+//! Providers sit behind one trait, [`ChatModel`]: an OpenAI-compatible
+//! chat-completions client ([`openai`]) and Amazon Bedrock Converse
+//! ([`bedrock`], feature `bedrock`). [`Models`] holds the configured main
+//! model and the optional query planner and builds each client on its first
+//! call, so a request that needs no model never pays for one. Timeouts are
+//! the caller's: a stage wraps [`ChatModel::complete`] in its budget.
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+pub use crate::config::ModelConfig;
+
+#[cfg(feature = "bedrock")]
+pub mod bedrock;
+pub mod expansion;
+pub mod openai;
+pub mod rewrite;
+
+/// One completion request: a system text, a user text, and how much to
+/// generate. Temperature is always 0.
+#[derive(Debug, Clone, Copy)]
+pub struct ChatRequest<'a> {
+    /// The instructions.
+    pub system: &'a str,
+    /// The material and the question.
+    pub user: &'a str,
+    /// Ask for a JSON object (OpenAI `response_format`; Bedrock has no
+    /// switch and relies on the instructions).
+    pub json: bool,
+    /// Most tokens to generate.
+    pub max_tokens: u32,
+}
+
+/// Token usage as the provider reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    /// Prompt (input) tokens.
+    pub prompt_tokens: u64,
+    /// Completion (output) tokens.
+    pub completion_tokens: u64,
+}
+
+/// A model's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    /// The generated text.
+    pub text: String,
+    /// Usage, when the provider sent it.
+    pub usage: Option<Usage>,
+}
+
+/// What a model call failed with. Messages never carry credentials.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    /// The model is not usable as configured (missing key, feature not
+    /// built, client could not be created).
+    #[error("model {model}: {message}")]
+    Config {
+        /// The model's id.
+        model: String,
+        /// What is missing.
+        message: String,
+    },
+    /// The request did not complete (connection refused, reset, TLS).
+    #[error("model {model}: request failed: {message}")]
+    Transport {
+        /// The model's id.
+        model: String,
+        /// The transport error.
+        message: String,
+    },
+    /// The provider answered with an error status.
+    #[error("model {model}: HTTP {status}: {message}")]
+    Status {
+        /// The model's id.
+        model: String,
+        /// The HTTP status.
+        status: u16,
+        /// The start of the provider's error body.
+        message: String,
+    },
+    /// The answer could not be decoded.
+    #[error("model {model}: malformed answer: {message}")]
+    Malformed {
+        /// The model's id.
+        model: String,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+/// A chat model. Implementations are cheap to construct and connect on
+/// first use.
+#[async_trait]
+pub trait ChatModel: Send + Sync + fmt::Debug {
+    /// `provider:model`, for logs and errors.
+    fn id(&self) -> &str;
+
+    /// One completion. No timeout of its own beyond a connect timeout: the
+    /// caller bounds it.
+    ///
+    /// # Errors
+    /// [`LlmError`] for transport failures, error statuses and malformed
+    /// answers.
+    async fn complete(&self, request: &ChatRequest<'_>) -> Result<Completion, LlmError>;
+}
+
+/// The client for `config`. Cheap: nothing connects, no TLS, no
+/// credential lookup until the first call.
+#[must_use]
+pub fn client(config: &ModelConfig) -> Arc<dyn ChatModel> {
+    match config {
+        ModelConfig::Openai { base_url, model, api_key_env } => {
+            Arc::new(openai::OpenAiChat::new(base_url, model, openai::ApiKey::Env(api_key_env.clone())))
+        }
+        #[cfg(feature = "bedrock")]
+        ModelConfig::Bedrock { model_id, region, endpoint_url } => {
+            Arc::new(bedrock::BedrockChat::new(model_id, region.clone(), endpoint_url.clone()))
+        }
+        #[cfg(not(feature = "bedrock"))]
+        ModelConfig::Bedrock { .. } => Arc::new(Unbuilt { id: config.id() }),
+    }
+}
+
+/// A configured provider this binary was built without: every call fails
+/// with [`LlmError::Config`].
+#[cfg(not(feature = "bedrock"))]
+#[derive(Debug)]
+struct Unbuilt {
+    id: String,
+}
+
+#[cfg(not(feature = "bedrock"))]
+#[async_trait]
+impl ChatModel for Unbuilt {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn complete(&self, _request: &ChatRequest<'_>) -> Result<Completion, LlmError> {
+        Err(LlmError::Config { model: self.id.clone(), message: "this build has no Bedrock client".into() })
+    }
+}
+
+/// The process's models: the main one (`llm`) and the query planner
+/// (`query_planner`, falling back to the main one), each built on first
+/// use. Both stages use the planner.
+#[derive(Debug, Default)]
+pub struct Models {
+    main: Option<ModelConfig>,
+    planner: Option<ModelConfig>,
+    client: OnceLock<Option<Arc<dyn ChatModel>>>,
+}
+
+impl Models {
+    /// The models for these settings (no client is built here).
+    #[must_use]
+    pub fn new(main: Option<ModelConfig>, planner: Option<ModelConfig>) -> Self {
+        Self { main, planner, client: OnceLock::new() }
+    }
+
+    /// Models over ready clients (tests, tools): `planner` serves both
+    /// stages; `dedicated` says whether `rewrite: "auto"` engages.
+    #[must_use]
+    pub fn with_client(client: Arc<dyn ChatModel>, dedicated: bool) -> Self {
+        let id = client.id().to_owned();
+        let config = ModelConfig::Openai { base_url: String::new(), model: id, api_key_env: String::new() };
+        let (main, planner) = if dedicated { (None, Some(config)) } else { (Some(config), None) };
+        Self { main, planner, client: OnceLock::from(Some(client)) }
+    }
+
+    /// Whether any model is configured (else both stages are `off`).
+    #[must_use]
+    pub fn any(&self) -> bool {
+        self.main.is_some() || self.planner.is_some()
+    }
+
+    /// Whether a dedicated query planner is configured (`rewrite: "auto"`).
+    #[must_use]
+    pub fn has_dedicated_planner(&self) -> bool {
+        self.planner.is_some()
+    }
+
+    /// The query-planner client (the dedicated planner, else the main
+    /// model), built on the first call; `None` when neither is configured.
+    #[must_use]
+    pub fn planner(&self) -> Option<Arc<dyn ChatModel>> {
+        self.client.get_or_init(|| self.planner.as_ref().or(self.main.as_ref()).map(client)).clone()
+    }
+}
+
+/// Cuts `text` to at most `max` characters (not bytes), on a character
+/// boundary.
+#[must_use]
+pub fn cut_chars(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => &text[..i],
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_planner_falls_back_to_the_main_model_and_auto_needs_a_dedicated_one() {
+        let main = ModelConfig::Openai { base_url: "http://x/v1".into(), model: "big".into(), api_key_env: "K".into() };
+        let small = ModelConfig::Bedrock { model_id: "anthropic.haiku".into(), region: None, endpoint_url: None };
+        let none = Models::new(None, None);
+        assert!(!none.any() && none.planner().is_none());
+        let only_main = Models::new(Some(main.clone()), None);
+        assert!(only_main.any() && !only_main.has_dedicated_planner());
+        assert_eq!(only_main.planner().map(|m| m.id().to_owned()).as_deref(), Some("openai:big"));
+        let both = Models::new(Some(main), Some(small));
+        assert!(both.has_dedicated_planner());
+        assert_eq!(both.planner().map(|m| m.id().to_owned()).as_deref(), Some("bedrock:anthropic.haiku"));
+    }
+
+    #[test]
+    fn cut_chars_counts_characters() {
+        assert_eq!(cut_chars("héllo", 2), "hé");
+        assert_eq!(cut_chars("记忆很好", 3), "记忆很");
+        assert_eq!(cut_chars("ab", 5), "ab");
+    }
+}

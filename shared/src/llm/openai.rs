@@ -1,0 +1,133 @@
+//! An OpenAI-compatible chat-completions client (`POST {base}/chat/completions`).
+//! The HTTP client (reqwest with rustls) is built on the first call.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{ChatModel, ChatRequest, Completion, LlmError, Usage};
+
+/// How long a connection may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where the API key comes from.
+#[derive(Debug, Clone)]
+pub enum ApiKey {
+    /// Read from this environment variable when the client is first used.
+    Env(String),
+    /// This key.
+    Value(String),
+    /// No key (local servers).
+    None,
+}
+
+/// The client. Cheap to construct.
+#[derive(Debug)]
+pub struct OpenAiChat {
+    id: String,
+    url: String,
+    model: String,
+    key: ApiKey,
+    client: OnceLock<(reqwest::Client, Option<String>)>,
+}
+
+impl OpenAiChat {
+    /// A client for `model` at `base_url` (up to and including `/v1`).
+    #[must_use]
+    pub fn new(base_url: &str, model: &str, key: ApiKey) -> Self {
+        Self {
+            id: format!("openai:{model}"),
+            url: format!("{}/chat/completions", base_url.trim_end_matches('/')),
+            model: model.to_owned(),
+            key,
+            client: OnceLock::new(),
+        }
+    }
+
+    fn client(&self) -> Result<&(reqwest::Client, Option<String>), LlmError> {
+        if let Some(ready) = self.client.get() {
+            return Ok(ready);
+        }
+        let client = reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT).build().map_err(|e| {
+            LlmError::Config { model: self.id.clone(), message: format!("cannot build http client: {e}") }
+        })?;
+        let key = match &self.key {
+            ApiKey::Env(var) => std::env::var(var).ok().filter(|k| !k.is_empty()),
+            ApiKey::Value(key) => Some(key.clone()),
+            ApiKey::None => None,
+        };
+        Ok(self.client.get_or_init(|| (client, key)))
+    }
+}
+
+#[derive(Deserialize)]
+struct Reply {
+    choices: Vec<Choice>,
+    #[serde(default)]
+    usage: Option<ReplyUsage>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    message: Message,
+}
+
+#[derive(Deserialize)]
+struct Message {
+    #[serde(default)]
+    content: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ReplyUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+}
+
+#[async_trait]
+impl ChatModel for OpenAiChat {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn complete(&self, request: &ChatRequest<'_>) -> Result<Completion, LlmError> {
+        let (client, key) = self.client()?;
+        let mut body = json!({
+            "model": self.model,
+            "messages": [
+                {"role": "system", "content": request.system},
+                {"role": "user", "content": request.user},
+            ],
+            "temperature": 0,
+            "max_tokens": request.max_tokens,
+        });
+        if request.json {
+            body["response_format"] = json!({"type": "json_object"});
+        }
+        let mut call = client.post(&self.url).json(&body);
+        if let Some(key) = key {
+            call = call.bearer_auth(key);
+        }
+        let transport = |e: reqwest::Error| LlmError::Transport { model: self.id.clone(), message: e.to_string() };
+        let response = call.send().await.map_err(transport)?;
+        let status = response.status();
+        let text = response.text().await.map_err(transport)?;
+        if !status.is_success() {
+            let message: String = text.chars().take(300).collect();
+            return Err(LlmError::Status { model: self.id.clone(), status: status.as_u16(), message });
+        }
+        let reply: Reply = serde_json::from_str(&text)
+            .map_err(|e| LlmError::Malformed { model: self.id.clone(), message: e.to_string() })?;
+        let content = reply.choices.into_iter().next().and_then(|c| c.message.content).ok_or_else(|| {
+            LlmError::Malformed { model: self.id.clone(), message: "no choices[0].message.content".into() }
+        })?;
+        let usage =
+            reply.usage.map(|u| Usage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens });
+        Ok(Completion { text: content, usage })
+    }
+}
