@@ -5,8 +5,12 @@
 //!   AWS.
 //! - [`fixture`]: apps over temporary stores, corpora, and calls through
 //!   `lambda_http` types.
+//! - [`model_server`]: a scriptable OpenAI-compatible and Bedrock Converse
+//!   server on a local port, for the LLM clients (binary `model_stub` serves
+//!   its echo answers standalone).
 //! - [`xml`]: a rendered block parsed back with a real XML parser.
 
 pub mod fixture;
+pub mod model_server;
 pub mod moto;
 pub mod xml;
