@@ -182,16 +182,26 @@ pub fn write_tree(root: &Path, files: &[(&str, &str)]) {
 /// # Panics
 /// When the store cannot be opened or ingest fails.
 pub async fn app_with_corpus(files: &[(&str, &str)], dev_mode: bool) -> (Arc<App>, TempDirs) {
+    let mode = if dev_mode { IdentityMode::Dev } else { IdentityMode::Authorizer };
+    app_with_config(files, |config| config.identity.mode = mode).await
+}
+
+/// [`app_with_corpus`] in dev mode with `edit` applied to the configuration
+/// before the app is built (models, retrieval settings, …).
+///
+/// # Panics
+/// When the store cannot be opened or ingest fails.
+pub async fn app_with_config(files: &[(&str, &str)], edit: impl FnOnce(&mut Config)) -> (Arc<App>, TempDirs) {
     let dirs = TempDirs { source: TempDir::new("source"), store: TempDir::new("store") };
     write_tree(dirs.source.path(), files);
     let store: SharedStore = Arc::new(LocalStore::open(dirs.store.path()).expect("open the local store"));
     let embedder: Arc<dyn Embedder> = Arc::new(HashedEmbedder::new(EMBED_DIMENSION));
-    let mode = if dev_mode { IdentityMode::Dev } else { IdentityMode::Authorizer };
-    let config = Config {
+    let mut config = Config {
         store: dirs.store.path().display().to_string(),
-        identity: IdentityConfig { mode, ..IdentityConfig::default() },
+        identity: IdentityConfig { mode: IdentityMode::Dev, ..IdentityConfig::default() },
         ..Config::default()
     };
+    edit(&mut config);
     let account = AccountId::new(ACCOUNT).expect("valid account id");
     ingest_dir(dirs.source.path(), &store, &account, &*embedder, &IngestOptions::default(), &mut |_| {})
         .await
