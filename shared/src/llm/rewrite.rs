@@ -7,6 +7,7 @@
 //! characters, and cites only URIs of entries that were served.
 
 use std::collections::HashSet;
+use std::ops::Range;
 use std::time::Duration;
 
 use super::expansion::SessionContext;
@@ -100,15 +101,21 @@ pub enum Digest {
 /// delimiter, without trailing punctuation or `/`.
 #[must_use]
 pub fn cited_uris(line: &str) -> Vec<&str> {
+    uri_spans(line).into_iter().map(|span| &line[span]).collect()
+}
+
+/// Where [`cited_uris`] finds each URI in `text` (byte ranges).
+fn uri_spans(text: &str) -> Vec<Range<usize>> {
     const STOP: &[char] = &['<', '>', '"', '\'', '`', ')', ']', '}', '）', '」', '】', '，', '。', '；', '、'];
     let mut out = Vec::new();
-    let mut rest = line;
-    while let Some(at) = rest.find("viking://") {
-        let tail = &rest[at..];
+    let mut from = 0;
+    while let Some(at) = text[from..].find("viking://") {
+        let start = from + at;
+        let tail = &text[start..];
         let end = tail.find(|c: char| c.is_whitespace() || STOP.contains(&c)).unwrap_or(tail.len());
         let uri = tail[..end].trim_end_matches(['.', ',', ';', ':', '!', '?', '/']);
-        out.push(uri);
-        rest = &tail[end..];
+        out.push(start..start + uri.len());
+        from = start + end;
     }
     out
 }
@@ -182,15 +189,20 @@ pub fn normalize_digest(answer: &str, max_bullets: usize, served: &HashSet<&str>
     Digest::Bullets(format!("{DIGEST_HEADER}\n{}", bullets.join("\n")))
 }
 
-/// `text` with every `viking://` URI not in `served` replaced, so that the
-/// prompt names only served entries.
+/// `text` with every `viking://` URI not in `served` replaced where it
+/// stands (never inside a longer, served URI), so that the prompt names
+/// only served entries.
 fn scrub(text: &str, served: &HashSet<&str>) -> String {
-    let mut out = text.to_owned();
-    for uri in cited_uris(text) {
-        if !served.contains(uri) {
-            out = out.replace(uri, OMITTED_URI);
+    let mut out = String::with_capacity(text.len());
+    let mut kept = 0;
+    for span in uri_spans(text) {
+        if !served.contains(&text[span.clone()]) {
+            out.push_str(&text[kept..span.start]);
+            out.push_str(OMITTED_URI);
+            kept = span.end;
         }
     }
+    out.push_str(&text[kept..]);
     out
 }
 
@@ -246,7 +258,9 @@ pub async fn rewrite(
     let Some(budget) = budget else {
         return Rewritten::without_digest(RewriteStatus::Timeout, Some("no time left for the rewrite".into()));
     };
-    let user = prompt(query, rendered, slice, max_bullets);
+    // Only served URIs reach the model: a URI the query or a fragment's
+    // body mentions that was not served is masked like the session's.
+    let user = prompt(&scrub(query, served), &scrub(rendered, served), slice, max_bullets);
     let max_tokens = u32::try_from(160 * max_bullets + 64).unwrap_or(u32::MAX);
     let request = ChatRequest { system: SYSTEM, user: &user, json: false, max_tokens };
     let answer = match tokio::time::timeout(budget, model.complete(&request)).await {
@@ -363,6 +377,18 @@ mod tests {
         assert!(slice.contains(B) && slice.contains("older question") && !slice.contains("assistant text"));
         let long = SessionContext { overview: Some("o".repeat(5_000)), messages: vec![] };
         assert!(session_slice(&long, &served()).chars().count() <= SESSION_SLICE_CHARS);
+    }
+
+    #[test]
+    fn scrubbing_masks_an_unserved_uri_where_it_stands_and_never_inside_a_served_one() {
+        let text = format!(
+            "<memory uri=\"{B}\">see viking://resources/docs and {B}, not viking://resources/docs/c.md.</memory>"
+        );
+        assert_eq!(
+            scrub(&text, &served()),
+            format!("<memory uri=\"{B}\">see [uri not served] and {B}, not [uri not served].</memory>")
+        );
+        assert_eq!(scrub("no uri at all", &served()), "no uri at all");
     }
 
     #[test]
