@@ -94,6 +94,14 @@ impl Deadline {
     pub fn hard_stop(&self) -> Instant {
         self.at.checked_sub(ANSWER_MARGIN).unwrap_or(self.at)
     }
+
+    /// The instant optional work (the ledger write) gives up at: one more
+    /// [`ANSWER_MARGIN`] before [`Deadline::hard_stop`], so that it ends
+    /// softly before the whole request would be cut.
+    #[must_use]
+    pub fn soft_stop(&self) -> Instant {
+        self.hard_stop().checked_sub(ANSWER_MARGIN).unwrap_or(self.at)
+    }
 }
 
 /// Parses `X-Client-Timeout-Ms`: a positive whole number of milliseconds.
@@ -144,6 +152,7 @@ mod tests {
         assert_eq!(d.stage_budget(t0 + S(40), S(60), S(1)), None);
         assert_eq!(d.remaining(t0 + S(40)), Duration::ZERO);
         assert_eq!(d.hard_stop(), t0 + S(29) - ANSWER_MARGIN);
+        assert_eq!(d.soft_stop(), t0 + S(29) - 2 * ANSWER_MARGIN);
     }
 
     #[test]

@@ -408,14 +408,8 @@ async fn list(app: &App, admitted: &Admitted<'_>, request: &SearchRequest) -> Re
     };
     let queries: Vec<&str> = expansion.queries.iter().map(String::as_str).collect();
     let mut result = find_queries(app, identity, &params, &queries, admitted.now).await?;
-    if let Value::Object(map) = &mut result {
-        // `query_plan` sits before `total`, as the reference orders it.
-        let total = map.remove("total");
-        map.insert("query_plan".into(), plan.to_json());
-        if let Some(total) = total {
-            map.insert("total".into(), total);
-        }
-    }
+    // After `total`, as the reference's `FindResult.to_dict` orders it.
+    result["query_plan"] = plan.to_json();
     Ok(result)
 }
 
@@ -513,14 +507,6 @@ async fn rewrite_block(
     context: &SessionContext,
     deadline: &Deadline,
 ) -> Rewritten {
-    let wanted = match request.rewrite {
-        Rewrite::Off => false,
-        Rewrite::On => true,
-        Rewrite::Auto => app.models.has_dedicated_planner(),
-    };
-    if !wanted {
-        return Rewritten::without_digest(RewriteStatus::Off, None);
-    }
     let Some(model) = app.models.planner() else {
         return Rewritten::without_digest(RewriteStatus::Failed, Some("no model is configured for the rewrite".into()));
     };
@@ -579,7 +565,11 @@ pub async fn context(
     let mut exclusion = Exclusion { subtrees: request.assemble.exclude.clone(), ..Exclusion::default() };
     let query = request.common.params.query.as_str();
     let wants_expansion = expansion_enabled(app, request.query_expansion);
-    let wants_rewrite = request.rewrite != Rewrite::Off;
+    let wants_rewrite = match request.rewrite {
+        Rewrite::Off => false,
+        Rewrite::On => true,
+        Rewrite::Auto => app.models.has_dedicated_planner(),
+    };
     let session = request.session_id.as_deref().map(parse_session_id).transpose()?;
     let loaded = match &session {
         Some(id) if request.dedup_turns > 0 || wants_expansion || wants_rewrite => {
@@ -600,7 +590,11 @@ pub async fn context(
     let mut assembled = assemble(app, identity, &params, &exclusion).await?;
     let empty = SessionContext::default();
     let session_context = loaded.as_ref().map_or(&empty, |l| &l.context);
-    let rewritten = rewrite_block(app, request, &assembled, session_context, deadline).await;
+    let rewritten = if wants_rewrite {
+        rewrite_block(app, request, &assembled, session_context, deadline).await
+    } else {
+        Rewritten::without_digest(RewriteStatus::Off, None)
+    };
     if rewritten.status == RewriteStatus::NoRelevant {
         assembled.rendered.clear();
     }
@@ -616,7 +610,7 @@ pub async fn context(
                     .iter()
                     .map(|e| (e.candidate.uri.to_string(), e.tier.as_str().to_owned()))
                     .collect();
-                let until = tokio::time::Instant::from_std(deadline.hard_stop());
+                let until = tokio::time::Instant::from_std(deadline.soft_stop());
                 tokio::time::timeout_at(until, ledger.record(&served)).await.unwrap_or("write_failed")
             };
             DedupStatus {
