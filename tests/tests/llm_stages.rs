@@ -34,7 +34,7 @@ use skald::llm::bedrock::aws_sdk_bedrockruntime;
 use skald::store::PutMode;
 use skald_tests::fixture::{
     BOOTSTRAP_PATH, CONTEXT_CORPUS, FIND_PATH, Handler, RECALL_PATH, Reply, SEARCH_PATH, SESSIONS_PATH, TempDirs,
-    app_with_config, call, search_reply, session_key, sessions_post, store_json,
+    app_with_config, call, call_handler, request_to, search_reply, session_key, sessions_post, store_json,
 };
 use skald_tests::model_server::{
     EXPAND_MARKER, ModelServer, REWRITE_MARKER, Recorded, Reply as ModelReply, USAGE_COMPLETION, USAGE_PROMPT,
@@ -350,6 +350,46 @@ async fn rewrite_faults_keep_the_block_and_answer_before_the_deadline() {
 // ---------------------------------------------------------------------------
 // 2. Which limit binds; a nearly spent deadline.
 // ---------------------------------------------------------------------------
+
+/// A search event as the Lambda runtime delivers it, with the invocation
+/// deadline `deadline_ms` (milliseconds since the epoch) in its context.
+fn lambda_event(body: &Value, deadline_ms: u64) -> lambda_http::Request {
+    use lambda_http::RequestExt as _;
+    let mut context = lambda_http::Context::default();
+    context.deadline = deadline_ms;
+    request_to(SEARCH_PATH, "POST", &[], lambda_http::Body::Text(body.to_string())).with_lambda_context(context)
+}
+
+fn epoch_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970");
+    u64::try_from(since.as_millis()).expect("fits")
+}
+
+#[tokio::test]
+async fn the_lambda_deadline_binds_and_cargo_lambda_watchs_fixed_one_is_ignored() {
+    let body = ctx_body(&json!({"rewrite": true}));
+    // 2.5 s of invocation time left and a model that hangs: the rewrite
+    // waits out its budget and the block still beats the Lambda deadline.
+    let server = ModelServer::start().await;
+    server.on(REWRITE_MARKER, ModelReply::Hang);
+    let (app, _dirs) = app_with_model(&server).await;
+    let started = Instant::now();
+    let reply = call_handler(&app, Handler::Search, lambda_event(&body, epoch_ms() + DEADLINE_MS)).await;
+    let elapsed = started.elapsed();
+    let result = ok(&reply);
+    before_deadline(elapsed, "lambda deadline");
+    assert!(elapsed >= REWRITE_WAITED, "the stage did not wait ({elapsed:?})");
+    assert_eq!(stats(result)["rewrite"], "timeout", "{result:#}");
+    assert!(!text(result, "rendered").is_empty());
+
+    // `cargo lambda watch` sends 600000 (ten minutes after 1970): taken at
+    // its word every request would be past its deadline; it is ignored.
+    let server = ModelServer::start().await;
+    let (app, _dirs) = app_with_model(&server).await;
+    let reply = call_handler(&app, Handler::Search, lambda_event(&body, 600_000)).await;
+    let result = ok(&reply);
+    assert_eq!(stats(result)["rewrite"], "ok", "{result:#}");
+}
 
 #[tokio::test]
 async fn the_client_header_beats_a_longer_gateway_limit_and_the_gateway_limit_binds_without_it() {

@@ -40,12 +40,20 @@ pub fn authorizer_claims(event: &lambda_http::Request) -> Option<AuthorizerClaim
 }
 
 /// The invocation's deadline as an instant, from the runtime context's
-/// `deadline` (milliseconds since the epoch); `None` outside Lambda.
+/// `deadline` (milliseconds since the epoch); `None` outside Lambda, and
+/// for a deadline already past on arrival, which real Lambda never sends
+/// (`cargo lambda watch` sends a fixed `600000`, ten minutes after 1970):
+/// the gateway limit and the client's header still bound the request.
 #[must_use]
 pub fn invocation_deadline(event: &lambda_http::Request) -> Option<Instant> {
-    let deadline_ms = event.lambda_context_ref()?.deadline;
     let now_ms = u64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_millis()).ok()?;
-    Some(Instant::now() + Duration::from_millis(deadline_ms.saturating_sub(now_ms)))
+    deadline_from_epoch_ms(event.lambda_context_ref()?.deadline, now_ms, Instant::now())
+}
+
+/// `deadline_ms` (since the epoch) as an instant, given the wall clock
+/// `now_ms` read at `now`; `None` when it is not in the future.
+fn deadline_from_epoch_ms(deadline_ms: u64, now_ms: u64, now: Instant) -> Option<Instant> {
+    (deadline_ms > now_ms).then(|| now + Duration::from_millis(deadline_ms - now_ms))
 }
 
 /// A Lambda event as a library request: method, URI, headers and body,
@@ -113,4 +121,19 @@ where
     let handler = &handler;
     let app = &app;
     lambda_http::run(service_fn(move |event| async move { Ok::<_, Error>(serve(app, handler, event).await) })).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_future_deadline_is_kept_and_a_past_one_ignored() {
+        let now = Instant::now();
+        let now_ms = 1_780_000_000_000;
+        assert_eq!(deadline_from_epoch_ms(now_ms + 29_000, now_ms, now), Some(now + Duration::from_secs(29)));
+        // cargo lambda watch's fixed value, and any deadline already past.
+        assert_eq!(deadline_from_epoch_ms(600_000, now_ms, now), None);
+        assert_eq!(deadline_from_epoch_ms(now_ms, now_ms, now), None);
+    }
 }
