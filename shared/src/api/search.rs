@@ -433,8 +433,9 @@ struct LoadedSession<'a> {
     context_error: Option<String>,
 }
 
-/// Reads what a request needs of its session in two rounds: the meta, the
-/// ledger and the archive overview together, then the last messages.
+/// Reads what a request needs of its session: three chains at once — the
+/// meta then the last messages, the ledger, the archive listing then its
+/// overview — so at most two store round trips in a row.
 ///
 /// # Errors
 /// 503 when the meta cannot be read and the ledger needs it; a context
@@ -449,36 +450,47 @@ async fn load_session<'a>(
     let sessions = Sessions::new(&app.store, identity);
     let ledger_key = sessions.ledger_key(id);
     let want_ledger = dedup_turns > 0;
-    let (meta, ledger_read, archive) = tokio::join!(
-        sessions.meta(id),
+    let meta_then_messages = async {
+        let meta = sessions.meta(id).await?.map(|(meta, _)| meta);
+        let messages = match &meta {
+            Some(meta) if want_context => Some(sessions.recent_messages(id, meta, RECENT_MESSAGES).await),
+            _ => None,
+        };
+        Ok::<_, crate::sessions::SessionError>((meta, messages))
+    };
+    let (first, ledger_read, archive) = tokio::join!(
+        meta_then_messages,
         async { if want_ledger { Some(app.store.get(&ledger_key).await) } else { None } },
         async { if want_context { Some(sessions.latest_archive_overview(id).await) } else { None } },
     );
     let mut context_error = None;
-    let meta = match meta {
-        Ok(meta) => meta.map(|(meta, _)| meta),
+    let mut context = SessionContext::default();
+    let meta = match first {
+        Ok((meta, messages)) => {
+            match messages {
+                Some(Ok(messages)) => {
+                    context.messages = messages.iter().map(|m| (m.role.clone(), m.text())).collect();
+                }
+                Some(Err(e)) => context_error = Some(e.to_string()),
+                None => {}
+            }
+            meta
+        }
         Err(e) if want_ledger => return Err(e.into()),
         Err(e) => {
             context_error = Some(e.to_string());
             None
         }
     };
-    let ledger = ledger_read.map(|read| {
-        let turn = meta.as_ref().map_or(0, |m| m.user_turn_count);
-        Ledger::from_read(&app.store, ledger_key, read, turn, u64::from(dedup_turns))
-    });
-    let mut context = SessionContext::default();
     match archive {
         Some(Ok(found)) => context.overview = found.map(|(_, text)| text),
         Some(Err(e)) => context_error = Some(e.to_string()),
         None => {}
     }
-    if want_context && let Some(meta) = &meta {
-        match sessions.recent_messages(id, meta, RECENT_MESSAGES).await {
-            Ok(messages) => context.messages = messages.iter().map(|m| (m.role.clone(), m.text())).collect(),
-            Err(e) => context_error = Some(e.to_string()),
-        }
-    }
+    let ledger = ledger_read.map(|read| {
+        let turn = meta.as_ref().map_or(0, |m| m.user_turn_count);
+        Ledger::from_read(&app.store, ledger_key, read, turn, u64::from(dedup_turns))
+    });
     Ok(LoadedSession { ledger, context, context_error })
 }
 
