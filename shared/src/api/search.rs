@@ -539,12 +539,7 @@ async fn rewrite_block(
 /// # Errors
 /// 400 for a malformed session id; 503 when a dependency fails.
 pub async fn bootstrap(app: &App, identity: &Identity, request: &SearchRequest, now: i64) -> Result<Value, ApiError> {
-    let session_id = request
-        .session_id
-        .as_deref()
-        .map(SessionId::new)
-        .transpose()
-        .map_err(|e| ApiError::field("session_id", "value_error", format!("Value error, {e}")))?;
+    let session_id = request.session_id.as_deref().map(parse_session_id).transpose()?;
     let since = request.common.params.time.and_then(|t| t.since).unwrap_or(now - BOOTSTRAP_DEFAULT_WINDOW_S);
     let params = crate::assemble::bootstrap::BootstrapParams {
         max_tokens: request.assemble.max_tokens,
@@ -609,6 +604,14 @@ pub async fn context(
     };
     if rewritten.status == RewriteStatus::NoRelevant {
         assembled.rendered.clear();
+    }
+    for (stage, status, error) in [
+        ("query expansion", expansion.status.as_str(), &expansion.error),
+        ("rewrite", rewritten.status.as_str(), &rewritten.error),
+    ] {
+        if let Some(error) = error {
+            tracing::warn!(stage, status, error, "llm stage degraded; the block is served without it");
+        }
     }
     let dedup = match ledger {
         None => DedupStatus::off(u64::from(request.dedup_turns)),
