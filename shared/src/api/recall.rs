@@ -31,7 +31,7 @@ pub const CHARS_PER_TOKEN: f64 = 4.0;
 
 /// The fields `/recall` accepts: the context-mode fields plus the v1
 /// aliases.
-const RECALL_FIELDS: &[&str] = &[
+pub const RECALL_FIELDS: &[&str] = &[
     "query",
     "quotas",
     "max_chars",

@@ -53,7 +53,7 @@ pub const BOOTSTRAP_FIELDS: &[&str] = &["mode", "query", "max_tokens", "session_
 pub const BOOTSTRAP_DEFAULT_WINDOW_S: i64 = 7 * 86_400;
 
 /// Fields `search` adds to `find`'s.
-const SEARCH_FIELDS: &[&str] = &["session_id", "mode", "search_type"];
+pub const SEARCH_FIELDS: &[&str] = &["session_id", "mode", "search_type"];
 
 /// The search mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,7 +23,7 @@ pub const MAX_BATCH: usize = 100;
 
 /// Fields of one message (the reference's `AddMessageRequest`, plus `id`
 /// for idempotent retries).
-const MESSAGE_FIELDS: &[&str] = &[
+pub const MESSAGE_FIELDS: &[&str] = &[
     "role",
     "content",
     "parts",
