@@ -9,7 +9,11 @@
 //!   server on a local port, for the LLM clients (binary `model_stub` serves
 //!   its echo answers standalone).
 //! - [`xml`]: a rendered block parsed back with a real XML parser.
+//! - [`bench_util`]: what the bench binaries (`src/bin/bench*.rs`) share:
+//!   statistics and tables, flags, the demo app over a temporary store, the
+//!   latency proxy and an in-process S3-protocol server.
 
+pub mod bench_util;
 pub mod fixture;
 pub mod model_server;
 pub mod moto;

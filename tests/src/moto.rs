@@ -1,7 +1,9 @@
 //! A local S3 server for tests: moto, started once per test process.
 //!
-//! [`s3_store`] gives each test a store on its own fresh bucket. The server
-//! is `SKALD_TEST_S3_ENDPOINT` when that is set (for example
+//! [`s3_store`] gives each test a store on its own fresh bucket; [`endpoint`]
+//! and [`store_at`] give the server itself and a store on a bucket of one's
+//! choosing (the bench binaries use them). The server is
+//! `SKALD_TEST_S3_ENDPOINT` when that is set (for example
 //! `http://127.0.0.1:5005` from `moto_server -H 127.0.0.1 -p 5005`);
 //! otherwise this module starts moto's threaded server in a `python3` child
 //! on a free loopback port. The child reads its stdin, a pipe this process
@@ -27,7 +29,7 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The key prefix every test store uses inside its bucket, so that the
 /// backend's prefix handling is exercised too.
-const STORE_PREFIX: &str = "root";
+pub const STORE_PREFIX: &str = "root";
 
 /// Starts moto's server on the port in `argv[1]` and keeps it up until stdin
 /// reaches end of file.
@@ -62,10 +64,32 @@ static SERVER: OnceLock<MotoServer> = OnceLock::new();
 /// When no server is configured and moto cannot be started (it needs the pip
 /// package `moto[server]`), or when the bucket cannot be created.
 pub async fn s3_store(test_name: &str) -> S3Store {
-    let endpoint = match std::env::var(ENDPOINT_VAR) {
+    let store = store_at(&endpoint(), &bucket_name(test_name));
+    if let Err(e) = store.ensure_bucket().await {
+        panic!("cannot create test bucket {:?}: {e}", store.bucket());
+    }
+    store
+}
+
+/// The local S3 server's endpoint (`http://ip:port`): `SKALD_TEST_S3_ENDPOINT`
+/// when it is set and not empty, else a moto server started on the first
+/// call and kept for the rest of the process.
+///
+/// # Panics
+/// When no server is configured and moto cannot be started.
+#[must_use]
+pub fn endpoint() -> String {
+    match std::env::var(ENDPOINT_VAR) {
         Ok(endpoint) if !endpoint.is_empty() => endpoint,
         _ => SERVER.get_or_init(start_moto).endpoint.clone(),
-    };
+    }
+}
+
+/// A store on `bucket` of the S3-protocol server at `endpoint`, under
+/// [`STORE_PREFIX`], with the client configuration of [`s3_store`]. The
+/// bucket is not created ([`S3Store::ensure_bucket`] does).
+#[must_use]
+pub fn store_at(endpoint: &str, bucket: &str) -> S3Store {
     let config = Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .credentials_provider(Credentials::new("test", "test", None, None, "static"))
@@ -73,11 +97,7 @@ pub async fn s3_store(test_name: &str) -> S3Store {
         .endpoint_url(endpoint)
         .force_path_style(true)
         .build();
-    let store = S3Store::from_client(Client::from_conf(config), &bucket_name(test_name), STORE_PREFIX);
-    if let Err(e) = store.ensure_bucket().await {
-        panic!("cannot create test bucket {:?}: {e}", store.bucket());
-    }
-    store
+    S3Store::from_client(Client::from_conf(config), bucket, STORE_PREFIX)
 }
 
 /// A valid, unique bucket name (3–63 characters of `a-z0-9-`, starting and

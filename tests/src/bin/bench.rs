@@ -17,15 +17,15 @@
 use std::collections::{HashMap, HashSet};
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use skald::find::default_targets;
 use skald::identity::{AccountId, Identity, UserId};
 use skald::index::record::{LEVEL_FILE, classify};
 use skald::index::{self, EmbedderInfo, Filter, IndexSnapshot, Record, SearchParams, Segment, manifest_key};
 use skald::store::SharedStore;
-use skald::store::local::LocalStore;
 use skald::uri::VikingUri;
+use skald_tests::bench_util::{Flags, Rng, Summary, TempStore, block_on, fail, ms, now, proc_status};
 
 const USER: &str = "bench";
 const ACCOUNT: &str = "bench";
@@ -46,67 +46,25 @@ struct Args {
 fn parse_args() -> Result<Args, String> {
     let mut args =
         Args { records: 10_000, repeat: 5, queries: 200, segment: 5_000, dim: 512, seed: 1, local: true, s3: false };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if flag == "--s3" || flag == "--s3-only" {
-            args.s3 = true;
-            args.local = flag == "--s3";
-            continue;
-        }
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let number = || value.replace('_', "").parse::<usize>().map_err(|e| format!("{flag} {value}: {e}"));
+    let mut flags = Flags::from_env(
+        "usage: bench [--records N] [--repeat R] [--queries Q] [--segment S] [--dim D] [--seed X] [--s3 | --s3-only]",
+    );
+    while let Some(flag) = flags.next() {
         match flag.as_str() {
-            "--records" => args.records = number()?.max(1),
-            "--repeat" => args.repeat = number()?.max(1),
-            "--queries" => args.queries = number()?.max(1),
-            "--segment" => args.segment = number()?.max(1),
-            "--dim" => args.dim = number()?.max(1),
-            "--seed" => args.seed = number()? as u64,
-            other => {
-                return Err(format!(
-                    "unknown argument {other}; usage: bench [--records N] [--repeat R] [--queries Q] \
-                     [--segment S] [--dim D] [--seed X] [--s3 | --s3-only]"
-                ));
+            "--s3" | "--s3-only" => {
+                args.s3 = true;
+                args.local = flag == "--s3";
             }
+            "--records" => args.records = flags.at_least(&flag, 1)?,
+            "--repeat" => args.repeat = flags.at_least(&flag, 1)?,
+            "--queries" => args.queries = flags.at_least(&flag, 1)?,
+            "--segment" => args.segment = flags.at_least(&flag, 1)?,
+            "--dim" => args.dim = flags.at_least(&flag, 1)?,
+            "--seed" => args.seed = flags.number(&flag)?,
+            _ => return Err(flags.unknown(&flag)),
         }
     }
     Ok(args)
-}
-
-/// SplitMix64: small, deterministic, good enough for synthetic data.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n`.
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-
-    /// Uniform in `(0, 1]`.
-    fn unit(&mut self) -> f64 {
-        ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
-    }
-
-    /// A standard normal (Box–Muller).
-    fn normal(&mut self) -> f64 {
-        let (u, v) = (self.unit(), self.unit());
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-    }
-
-    /// Appends a random unit vector (uniform on the sphere) of `dim` values.
-    fn unit_vector(&mut self, dim: usize, out: &mut Vec<f32>) {
-        let start = out.len();
-        out.extend((0..dim).map(|_| self.normal() as f32));
-        skald::embed::l2_normalise(&mut out[start..]);
-    }
 }
 
 const WORDS: [&str; 40] = [
@@ -236,54 +194,27 @@ fn liveness_with_hash_set(segments: &[Segment]) -> usize {
     count
 }
 
-/// Min, median, max.
+/// Min, median (the upper one of an even count), max.
 fn spread(samples: &[Duration]) -> (Duration, Duration, Duration) {
     let mut s = samples.to_vec();
     s.sort();
     (s[0], s[s.len() / 2], s[s.len() - 1])
 }
 
-/// Nearest-rank percentile of sorted samples.
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-fn ms(d: Duration) -> String {
-    let ms = d.as_secs_f64() * 1e3;
-    if ms >= 100.0 {
-        format!("{ms:.0}")
-    } else if ms >= 10.0 {
-        format!("{ms:.1}")
-    } else {
-        format!("{ms:.2}")
-    }
-}
-
 fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 
-/// `VmRSS` and `VmHWM` of this process, as printed by the kernel.
+/// `VmHWM` and `VmRSS` of this process, as printed by the kernel.
 fn memory_status() -> String {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .filter(|l| l.starts_with("VmRSS") || l.starts_with("VmHWM"))
-        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn fail(what: &str, e: impl std::fmt::Display) -> ! {
-    eprintln!("bench: {what}: {e}");
-    std::process::exit(1)
+    let line = |key: &str| proc_status(key).map(|value| format!("{key} {value}"));
+    ["VmHWM:", "VmRSS:"].into_iter().filter_map(line).collect::<Vec<_>>().join(", ")
 }
 
 async fn run(store: &SharedStore, store_name: &str, local: bool, args: &Args) {
     let account = AccountId::new(ACCOUNT).unwrap_or_else(|e| fail("account", e));
     let embedder = EmbedderInfo { id: format!("bench-random-v1/{}", args.dim), dimension: args.dim };
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    let now = now();
     let mut rng = Rng(args.seed);
 
     // Ingest: one commit per segment; the one reaching 16 segments compacts.
@@ -487,13 +418,13 @@ async fn run(store: &SharedStore, store_name: &str, local: bool, args: &Args) {
             black_box(hits);
         }
         let elapsed = started.elapsed();
-        times.sort();
+        let summary = Summary::of(&times);
         println!(
             "  {:<38} {matched:>7} {:>7} {:>7} {:>7} {:>7.0} {:>8}   {}",
             name,
-            ms(percentile(&times, 50.0)),
-            ms(percentile(&times, 95.0)),
-            ms(times[times.len() - 1]),
+            ms(summary.p50),
+            ms(summary.p95),
+            ms(summary.max),
             queries.len() as f64 / elapsed.as_secs_f64(),
             ms(filter_only),
             if targets.is_empty() { "(any)".to_owned() } else { targets.join(", ") }
@@ -504,19 +435,11 @@ async fn run(store: &SharedStore, store_name: &str, local: bool, args: &Args) {
 
 fn main() {
     let args = parse_args().unwrap_or_else(|e| fail("arguments", e));
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap_or_else(|e| fail("tokio runtime", e));
-    runtime.block_on(async {
+    block_on(async {
         if args.local {
             // A failed run exits early and leaves this directory behind.
-            let dir = std::env::temp_dir().join(format!("skald-bench-{}-{}", std::process::id(), args.records));
-            let _ = std::fs::remove_dir_all(&dir);
-            let local: SharedStore = Arc::new(LocalStore::open(&dir).unwrap_or_else(|e| fail("local store", e)));
-            run(&local, &format!("local ({})", dir.display()), true, &args).await;
-            drop(local);
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                eprintln!("bench: cannot remove {}: {e}", dir.display());
-            }
+            let local = TempStore::open(&format!("skald-bench-{}-{}", std::process::id(), args.records));
+            run(local.store(), &format!("local ({})", local.dir().display()), true, &args).await;
         }
         if args.s3 {
             let s3: SharedStore = Arc::new(skald_tests::moto::s3_store("bench").await);

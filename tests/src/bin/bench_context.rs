@@ -26,14 +26,13 @@
 //!    forwarding each HTTP request (one store call = one request, so every
 //!    HEAD and GET pays one simulated round trip) and logs its method, key
 //!    and arrival time.
-//! 3. The same against S3 on a local moto server (`SKALD_TEST_S3_ENDPOINT`,
-//!    else a moto child started here as `skald_tests::moto` does; skipped
-//!    with `--no-moto`): direct, then through the proxy.
+//! 3. The same against S3 on a local moto server (`skald_tests::moto`:
+//!    `SKALD_TEST_S3_ENDPOINT`, else a moto child; skipped with `--no-moto`):
+//!    direct, then through the proxy.
 //! 4. The planner (`skald::assemble::plan::plan`) on synthetic candidates.
 //!
-//! The proxy stands in for a latency-injecting `Store` wrapper: implementing
-//! `skald::store::Store` needs `bytes::Bytes` in `put`'s signature, and this
-//! crate does not depend on `bytes`. Every request of the warm-up pass is
+//! The proxy and the in-process S3 server are `skald_tests::bench_util`'s
+//! (`start_proxy`, `start_s3_over`). Every request of the warm-up pass is
 //! checked: `stats.bytes_read` must equal the sizes of the objects behind
 //! the entries returned at `overview` or `full` (so nothing was read for a
 //! dropped entry), and through the proxy the calls must be exactly one HEAD
@@ -43,14 +42,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::hint::black_box;
-use std::io::Read as _;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use lambda_http::Body;
 use serde_json::{Value, json};
 use skald::app::App;
 use skald::assemble::candidate::{Candidate, Origin};
@@ -58,30 +53,22 @@ use skald::assemble::params::{Detail, Tier};
 use skald::assemble::plan::{self, PlanRequest};
 use skald::assemble::render::{self, EntryView};
 use skald::assemble::{gather, read};
-use skald::config::{Config, IdentityConfig, IdentityMode};
 use skald::embed::Embedder;
-use skald::embed::hashed::HashedEmbedder;
-use skald::embed::use_m3::UseM3Embedder;
-use skald::identity::{AccountId, Identity, UserId};
+use skald::identity::Identity;
 use skald::index::record::LEVEL_FILE;
 use skald::index::{Category, Exclusion};
-use skald::ingest::{IngestOptions, OVERVIEW_SIDECAR, ingest_dir};
+use skald::ingest::OVERVIEW_SIDECAR;
 use skald::store::SharedStore;
-use skald::store::local::LocalStore;
-use skald::store::s3::S3Store;
-use skald::store::s3::aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
-use skald::store::s3::aws_sdk_s3::{Client, Config as S3Config};
 use skald::uri::{VikingUri, tree_key};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use skald_tests::bench_util::{
+    Call, CallLog, Flags, Rng, Summary, Table, TempStore, account, block_on, dev_app, embedder, fail, identity,
+    ingest_demo, load_average, median, median_range, moto_demo, ms, now, percentile, retrieval_queries, s3_at, search,
+    start_proxy, start_s3_over,
+};
+use skald_tests::moto::STORE_PREFIX;
 
-const ACCOUNT: &str = "default";
-const USER: &str = "default";
-const PATH: &str = "/api/v1/search/search";
 /// Reads in flight at once (`skald::assemble::read::READ_CONCURRENCY`).
 const READ_CONCURRENCY: usize = read::READ_CONCURRENCY;
-/// The key prefix inside the bench bucket.
-const S3_PREFIX: &str = "root";
 
 struct Args {
     rounds: usize,
@@ -95,87 +82,25 @@ struct Args {
 fn parse_args() -> Result<Args, String> {
     let mut args =
         Args { rounds: 5, latency: Duration::from_millis(20), hashed: false, moto: true, plan_runs: 300, seed: 1 };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
+    let mut flags = Flags::from_env(
+        "usage: bench_context [--rounds R] [--latency-ms L] [--hashed] [--no-moto] [--plan-runs N] [--seed X]",
+    );
+    while let Some(flag) = flags.next() {
         match flag.as_str() {
             "--hashed" => args.hashed = true,
             "--no-moto" => args.moto = false,
-            _ => {
-                let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-                let number = || value.replace('_', "").parse::<u64>().map_err(|e| format!("{flag} {value}: {e}"));
-                match flag.as_str() {
-                    "--rounds" => args.rounds = number()?.max(1) as usize,
-                    "--latency-ms" => args.latency = Duration::from_millis(number()?),
-                    "--plan-runs" => args.plan_runs = number()?.max(1) as usize,
-                    "--seed" => args.seed = number()?,
-                    other => {
-                        return Err(format!(
-                            "unknown argument {other}; usage: bench_context [--rounds R] [--latency-ms L] \
-                             [--hashed] [--no-moto] [--plan-runs N] [--seed X]"
-                        ));
-                    }
-                }
-            }
+            "--rounds" => args.rounds = flags.at_least(&flag, 1)?,
+            "--latency-ms" => args.latency = flags.millis(&flag)?,
+            "--plan-runs" => args.plan_runs = flags.at_least(&flag, 1)?,
+            "--seed" => args.seed = flags.number(&flag)?,
+            _ => return Err(flags.unknown(&flag)),
         }
     }
     Ok(args)
 }
 
-fn fail(what: &str, e: impl std::fmt::Display) -> ! {
-    eprintln!("bench_context: {what}: {e}");
-    std::process::exit(1)
-}
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// Nearest-rank percentile of sorted samples.
-fn percentile<T: Copy>(sorted: &[T], p: f64) -> T {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-fn median<T: Copy + Ord>(values: &[T]) -> T {
-    let mut v = values.to_vec();
-    v.sort();
-    percentile(&v, 50.0)
-}
-
-fn ms(d: Duration) -> String {
-    let ms = d.as_secs_f64() * 1e3;
-    if ms >= 100.0 {
-        format!("{ms:.0}")
-    } else if ms >= 10.0 {
-        format!("{ms:.1}")
-    } else {
-        format!("{ms:.2}")
-    }
-}
-
-fn us(d: Duration) -> String {
-    format!("{:.0}", d.as_secs_f64() * 1e6)
-}
-
 // ---------------------------------------------------------------------------
-// Queries, settings, requests.
-
-/// The first 10 `en` and the first 10 `zh` queries of the retrieval set.
-fn queries() -> Vec<String> {
-    let path = repo().join("samplconfigs/retrieval-queries.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| fail(&path.display().to_string(), e));
-    let list: Vec<Value> = serde_json::from_str(&text).unwrap_or_else(|e| fail("retrieval-queries.json", e));
-    let pick = |lang: &str| {
-        list.iter()
-            .filter(|q| q["lang"] == lang)
-            .filter_map(|q| q["query"].as_str().map(str::to_owned))
-            .take(10)
-            .collect::<Vec<_>>()
-    };
-    let mut out = pick("en");
-    out.extend(pick("zh"));
-    out
-}
+// Settings and requests.
 
 /// One request shape: a label and the body fields besides `query`.
 struct Setting {
@@ -197,381 +122,20 @@ fn settings() -> Vec<Setting> {
     ]
 }
 
-fn body(setting: &Setting, query: &str) -> String {
+fn body(setting: &Setting, query: &str) -> Value {
     let mut body = setting.fields.clone();
     body["query"] = json!(query);
-    body.to_string()
-}
-
-/// A Lambda event POSTing `body` as the default dev-mode caller.
-fn event(body: String) -> lambda_http::Request {
-    lambda_http::http::Request::builder()
-        .method("POST")
-        .uri(format!("https://api.example.com{PATH}"))
-        .header("content-type", "application/json")
-        .body(Body::Text(body))
-        .unwrap_or_else(|e| fail("request", e))
-}
-
-fn identity() -> Identity {
-    Identity {
-        account: AccountId::new(ACCOUNT).unwrap_or_else(|e| fail("account", e)),
-        user: UserId::new(USER).unwrap_or_else(|e| fail("user", e)),
-        actor_peer: None,
-    }
-}
-
-fn now() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
-}
-
-// ---------------------------------------------------------------------------
-// Apps.
-
-fn app(store: SharedStore, embedder: Arc<dyn Embedder>) -> App {
-    let config = Config {
-        identity: IdentityConfig { mode: IdentityMode::Dev, ..IdentityConfig::default() },
-        ..Config::default()
-    };
-    App::with_parts(config, store, embedder)
-}
-
-async fn ingest_demo(store: &SharedStore, embedder: &dyn Embedder) -> Duration {
-    let account = AccountId::new(ACCOUNT).unwrap_or_else(|e| fail("account", e));
-    let started = Instant::now();
-    let options = IngestOptions { abstract_max_bytes: 400, ..IngestOptions::default() };
-    ingest_dir(&repo().join("samplconfigs/demo"), store, &account, embedder, &options, &mut |_| {})
-        .await
-        .unwrap_or_else(|e| fail("ingest samplconfigs/demo", e));
-    started.elapsed()
+    body
 }
 
 /// Which indexed URIs are directories (their overview lives in a sidecar).
 async fn directories(app: &App) -> HashMap<String, bool> {
-    let account = AccountId::new(ACCOUNT).unwrap_or_else(|e| fail("account", e));
-    let snapshot = app.index.snapshot(&account).await.unwrap_or_else(|e| fail("index", e));
+    let snapshot = app.index.snapshot(&account()).await.unwrap_or_else(|e| fail("index", e));
     let mut out: HashMap<String, bool> = HashMap::new();
     for (record, _) in snapshot.records() {
         *out.entry(record.uri.as_str().to_owned()).or_default() |= record.level != LEVEL_FILE;
     }
     out
-}
-
-// ---------------------------------------------------------------------------
-// The latency proxy.
-
-/// One HTTP request the proxy forwarded.
-#[derive(Debug, Clone)]
-struct Call {
-    /// When its head arrived at the proxy.
-    at: Instant,
-    method: String,
-    /// The request target without its query string, percent-decoded.
-    path: String,
-}
-
-/// What the proxy forwarded, in arrival order.
-#[derive(Debug, Default)]
-struct CallLog(Mutex<Vec<Call>>);
-
-impl CallLog {
-    fn take(&self) -> Vec<Call> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
-    }
-
-    fn push(&self, call: Call) {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(call);
-    }
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
-            (b'%', Some(hi), Some(lo)) => {
-                out.push((hi * 16 + lo) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Starts a loopback TCP proxy to `upstream` that waits `latency` before
-/// forwarding each HTTP/1.1 request (head and `content-length` body) and
-/// logs it. Responses flow back unchanged. A chunked request body is passed
-/// through without further parsing (the S3 reads measured here have none).
-async fn start_proxy(upstream: SocketAddr, latency: Duration, log: Arc<CallLog>) -> SocketAddr {
-    let listener =
-        tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap_or_else(|e| fail("proxy bind", e));
-    let address = listener.local_addr().unwrap_or_else(|e| fail("proxy address", e));
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let log = Arc::clone(&log);
-            tokio::spawn(async move {
-                let Ok(server) = tokio::net::TcpStream::connect(upstream).await else { return };
-                let _ = (client.set_nodelay(true), server.set_nodelay(true));
-                let (mut client_read, mut client_write) = client.into_split();
-                let (mut server_read, mut server_write) = server.into_split();
-                let back = tokio::spawn(async move { tokio::io::copy(&mut server_read, &mut client_write).await });
-                let _ = forward_requests(&mut client_read, &mut server_write, latency, &log).await;
-                let _ = server_write.shutdown().await;
-                let _ = back.await;
-            });
-        }
-    });
-    address
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// An HTTP/1.1 request head read off a connection.
-struct RequestHead {
-    method: String,
-    /// The target without its query string, percent-decoded.
-    path: String,
-    /// Bytes of the head in the buffer.
-    len: usize,
-    /// `content-length` (0 when absent).
-    body_len: usize,
-    /// `transfer-encoding: chunked`.
-    chunked: bool,
-}
-
-/// Reads from `from` into `buf` until `buf` starts with a whole request
-/// head, and parses it; `None` at end of stream.
-async fn read_head(
-    from: &mut OwnedReadHalf,
-    buf: &mut Vec<u8>,
-    chunk: &mut [u8],
-) -> std::io::Result<Option<RequestHead>> {
-    let len = loop {
-        if let Some(i) = find(buf, b"\r\n\r\n") {
-            break i + 4;
-        }
-        let n = from.read(chunk).await?;
-        if n == 0 {
-            return Ok(None);
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..len]).into_owned();
-    let mut lines = head.split("\r\n");
-    let mut request_line = lines.next().unwrap_or_default().split(' ');
-    let method = request_line.next().unwrap_or_default().to_owned();
-    let target = request_line.next().unwrap_or_default();
-    let path = percent_decode(target.split('?').next().unwrap_or_default());
-    let (mut body_len, mut chunked) = (0usize, false);
-    for line in lines {
-        if let Some((name, value)) = line.split_once(':') {
-            if name.eq_ignore_ascii_case("content-length") {
-                body_len = value.trim().parse().unwrap_or(0);
-            } else if name.eq_ignore_ascii_case("transfer-encoding") {
-                chunked = value.to_ascii_lowercase().contains("chunked");
-            }
-        }
-    }
-    Ok(Some(RequestHead { method, path, len, body_len, chunked }))
-}
-
-async fn forward_requests(
-    from: &mut OwnedReadHalf,
-    to: &mut OwnedWriteHalf,
-    latency: Duration,
-    log: &CallLog,
-) -> std::io::Result<()> {
-    let mut buf: Vec<u8> = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
-    loop {
-        let Some(head) = read_head(from, &mut buf, &mut chunk).await? else {
-            return to.write_all(&buf).await;
-        };
-        log.push(Call { at: Instant::now(), method: head.method, path: head.path });
-        tokio::time::sleep(latency).await;
-        if head.chunked {
-            to.write_all(&buf).await?;
-            tokio::io::copy(from, to).await?;
-            return Ok(());
-        }
-        let take = (head.len + head.body_len).min(buf.len());
-        to.write_all(&buf[..take]).await?;
-        let mut left = head.len + head.body_len - take;
-        buf.drain(..take);
-        while left > 0 {
-            let n = from.read(&mut chunk[..left.min(64 * 1024)]).await?;
-            if n == 0 {
-                return Ok(());
-            }
-            to.write_all(&chunk[..n]).await?;
-            left -= n;
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------
-// An S3-protocol server over a local store.
-
-/// Serves `GET` and `HEAD` of objects (path style, `/{bucket}/root/{key}`)
-/// from `store` on a loopback port, with keep-alive: enough of S3 for
-/// `S3Store::get` and `S3Store::head`, so that the S3 client can run over
-/// the local store without moto. Other requests get 501.
-async fn start_s3_over(store: SharedStore, bucket: String) -> SocketAddr {
-    let listener =
-        tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap_or_else(|e| fail("s3 server bind", e));
-    let address = listener.local_addr().unwrap_or_else(|e| fail("s3 server address", e));
-    let prefix = format!("/{bucket}/{S3_PREFIX}/");
-    tokio::spawn(async move {
-        while let Ok((socket, _)) = listener.accept().await {
-            let (store, prefix) = (Arc::clone(&store), prefix.clone());
-            tokio::spawn(async move {
-                let _ = socket.set_nodelay(true);
-                let (mut reader, mut writer) = socket.into_split();
-                let _ = serve_s3(&mut reader, &mut writer, &store, &prefix).await;
-            });
-        }
-    });
-    address
-}
-
-async fn serve_s3(
-    from: &mut OwnedReadHalf,
-    to: &mut OwnedWriteHalf,
-    store: &SharedStore,
-    prefix: &str,
-) -> std::io::Result<()> {
-    let mut buf: Vec<u8> = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
-    while let Some(head) = read_head(from, &mut buf, &mut chunk).await? {
-        // Skip a body (none expected).
-        let end = head.len + head.body_len;
-        while buf.len() < end {
-            let n = from.read(&mut chunk).await?;
-            if n == 0 {
-                return Ok(());
-            }
-            buf.extend_from_slice(&chunk[..n]);
-        }
-        buf.drain(..end);
-        let key = head.path.strip_prefix(prefix).unwrap_or_default().to_owned();
-        let meta_head = |status: &str, etag: &str, size: u64| {
-            format!(
-                "HTTP/1.1 {status}\r\nContent-Length: {size}\r\nETag: \"{etag}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
-            )
-        };
-        let not_found = |method: &str| {
-            let body = if method == "HEAD" {
-                String::new()
-            } else {
-                format!(
-                    "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>NoSuchKey</Code><Key>{key}</Key></Error>"
-                )
-            };
-            format!(
-                "HTTP/1.1 404 Not Found\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            )
-        };
-        let response: Vec<u8> = match head.method.as_str() {
-            _ if key.is_empty() || head.chunked => {
-                b"HTTP/1.1 501 Not Implemented\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec()
-            }
-            "GET" => match store.get(&key).await {
-                Ok(object) => {
-                    let mut out = meta_head("200 OK", &object.meta.etag, object.meta.size).into_bytes();
-                    out.extend_from_slice(&object.body);
-                    out
-                }
-                Err(_) => not_found("GET").into_bytes(),
-            },
-            "HEAD" => match store.head(&key).await {
-                Ok(meta) => meta_head("200 OK", &meta.etag, meta.size).into_bytes(),
-                Err(_) => not_found("HEAD").into_bytes(),
-            },
-            _ => b"HTTP/1.1 501 Not Implemented\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec(),
-        };
-        to.write_all(&response).await?;
-    }
-    Ok(())
-}
-
-// ---------------------------------------------------------------------------
-// Moto.
-
-/// Starts moto's server on the port in `argv[1]` and keeps it up until stdin
-/// reaches end of file (as `skald_tests::moto`).
-const MOTO_SCRIPT: &str = r#"
-import sys
-from moto.server import ThreadedMotoServer
-server = ThreadedMotoServer(ip_address="127.0.0.1", port=int(sys.argv[1]))
-server.start()
-sys.stdin.read()
-server.stop()
-"#;
-
-/// An S3 endpoint: `SKALD_TEST_S3_ENDPOINT`, or a moto child of this
-/// process (it exits when this process closes its stdin, i.e. exits).
-struct Moto {
-    endpoint: String,
-    _child: Option<Child>,
-}
-
-fn moto() -> Moto {
-    if let Ok(endpoint) = std::env::var(skald_tests::moto::ENDPOINT_VAR)
-        && !endpoint.is_empty()
-    {
-        return Moto { endpoint, _child: None };
-    }
-    let port = StdListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| fail("free port", e));
-    let log = std::env::temp_dir().join(format!("skald-bench-context-moto-{}.log", std::process::id()));
-    let log_file = std::fs::File::create(&log).unwrap_or_else(|e| fail("moto log", e));
-    let mut child = Command::new("python3")
-        .arg("-c")
-        .arg(MOTO_SCRIPT)
-        .arg(port.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(log_file)
-        .spawn()
-        .unwrap_or_else(|e| fail("python3 for moto", e));
-    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let started = Instant::now();
-    loop {
-        if StdStream::connect_timeout(&address, Duration::from_millis(200)).is_ok() {
-            let _ = std::fs::remove_file(&log);
-            return Moto { endpoint: format!("http://{address}"), _child: Some(child) };
-        }
-        if child.try_wait().ok().flatten().is_some() || started.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            let mut output = String::new();
-            let _ = std::fs::File::open(&log).and_then(|mut f| f.read_to_string(&mut output));
-            fail("moto did not start (pip install 'moto[server]', or set SKALD_TEST_S3_ENDPOINT)", output);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// A store on `bucket` at `endpoint` (configured as `skald_tests::moto`).
-fn s3_store(endpoint: &str, bucket: &str) -> S3Store {
-    let config = S3Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .credentials_provider(Credentials::new("test", "test", None, None, "static"))
-        .region(Region::from_static("us-east-1"))
-        .endpoint_url(endpoint)
-        .force_path_style(true)
-        .build();
-    S3Store::from_client(Client::from_conf(config), bucket, S3_PREFIX)
 }
 
 // ---------------------------------------------------------------------------
@@ -659,19 +223,6 @@ struct Target<'a> {
     directories: &'a HashMap<String, bool>,
 }
 
-async fn handle(app: &App, body: String) -> (Duration, Value) {
-    // The library request, as the Lambda edge builds it (before the clock starts).
-    let request = skald_lambda::to_library_request(event(body));
-    let started = Instant::now();
-    let response = Box::pin(skald::api::search::handle(app, request)).await;
-    let time = started.elapsed();
-    if response.status() != 200 {
-        fail("search", format!("status {}: {}", response.status(), response.body()));
-    }
-    let json: Value = serde_json::from_str(response.body()).unwrap_or_else(|e| fail("response json", e));
-    (time, json)
-}
-
 fn stat(json: &Value, key: &str) -> usize {
     json["result"]["stats"][key].as_u64().unwrap_or(0) as usize
 }
@@ -699,7 +250,7 @@ fn sample(time: Duration, json: &Value, calls: Option<&[Call]>) -> Sample {
 /// entries at overview/full, and (through the proxy) the GETs are exactly
 /// those objects. Returns a problem, if any.
 async fn verify(target: &Target<'_>, json: &Value, calls: Option<&[Call]>) -> Option<String> {
-    let account = AccountId::new(ACCOUNT).unwrap_or_else(|e| fail("account", e));
+    let account = account();
     let mut expected = BTreeSet::new();
     for entry in json["result"]["entries"].as_array().into_iter().flatten() {
         if !matches!(entry["detail"].as_str(), Some("overview" | "full")) {
@@ -730,13 +281,13 @@ async fn verify(target: &Target<'_>, json: &Value, calls: Option<&[Call]>) -> Op
         let got: Vec<String> = calls
             .iter()
             .filter(|c| c.method == "GET")
-            .map(|c| strip(&c.path).strip_prefix(&format!("{S3_PREFIX}/")).unwrap_or_default().to_owned())
+            .map(|c| strip(&c.path).strip_prefix(&format!("{STORE_PREFIX}/")).unwrap_or_default().to_owned())
             .collect();
         let got_set: BTreeSet<String> = got.iter().cloned().collect();
         if got_set != expected || got.len() != expected.len() {
             return Some(format!("GETs {got:?}, overview/full entries' objects {expected:?}"));
         }
-        let manifest = format!("{S3_PREFIX}/{}", skald::index::manifest_key(&account));
+        let manifest = format!("{STORE_PREFIX}/{}", skald::index::manifest_key(&account));
         let heads: Vec<String> = calls.iter().filter(|c| c.method == "HEAD").map(|c| strip(&c.path)).collect();
         if heads != [manifest] || calls.len() != heads.len() + got.len() {
             return Some(format!("HEADs {heads:?} (want the manifest once), {} calls in all", calls.len()));
@@ -747,8 +298,8 @@ async fn verify(target: &Target<'_>, json: &Value, calls: Option<&[Call]>) -> Op
 
 /// The assembly line piece by piece (the library's own functions, in the
 /// order `skald::assemble::assemble` calls them).
-async fn phases(app: &App, identity: &Identity, body: &str, out: &mut Phases) {
-    let request = skald::api::search::parse(body.as_bytes(), now()).unwrap_or_else(|e| fail("parse", e));
+async fn phases(app: &App, identity: &Identity, body: &Value, out: &mut Phases) {
+    let request = skald::api::search::parse(body.to_string().as_bytes(), now()).unwrap_or_else(|e| fail("parse", e));
     let params = &request.assemble;
     let exclusion = Exclusion { subtrees: params.exclude.clone(), ..Exclusion::default() };
 
@@ -794,24 +345,27 @@ async fn phases(app: &App, identity: &Identity, body: &str, out: &mut Phases) {
     out.render.push(started.elapsed());
 }
 
-async fn measure(target: &Target<'_>, queries: &[String], args: &Args) -> Vec<SettingResult> {
-    let identity = identity();
-    // The first request loads the index (manifest and segments): not measured.
-    let _ = handle(target.app, body(&settings()[0], &queries[0])).await;
+/// One request to `target`'s app, with the store calls the proxy saw when
+/// it is in the way.
+async fn request(target: &Target<'_>, body: &Value) -> (Duration, Value, Option<Vec<Call>>) {
     if let Some(log) = target.log {
         log.take();
     }
+    let (time, json) = search(target.app, body).await;
+    (time, json, target.log.map(CallLog::take))
+}
+
+async fn measure(target: &Target<'_>, queries: &[String], args: &Args) -> Vec<SettingResult> {
+    let identity = identity();
+    // The first request loads the index (manifest and segments): not measured.
+    let _ = request(target, &body(&settings()[0], &queries[0])).await;
     let mut results = Vec::new();
     for setting in settings() {
         // Warm-up pass, checked.
         let (mut verified, mut checked) = (0, 0);
         let mut samples = Vec::new();
         for q in queries {
-            if let Some(log) = target.log {
-                log.take();
-            }
-            let (time, json) = handle(target.app, body(&setting, q)).await;
-            let calls = target.log.map(CallLog::take);
+            let (time, json, calls) = request(target, &body(&setting, q)).await;
             checked += 1;
             match verify(target, &json, calls.as_deref()).await {
                 None => verified += 1,
@@ -821,36 +375,23 @@ async fn measure(target: &Target<'_>, queries: &[String], args: &Args) -> Vec<Se
                 samples.push(sample(time, &json, calls.as_deref()));
             }
         }
-        if !setting.timed {
-            results.push(SettingResult {
-                label: setting.label,
-                timed: false,
-                samples,
-                phases: Phases::default(),
-                verified,
-                checked,
-            });
-            continue;
-        }
-        for _ in 0..args.rounds {
-            for q in queries {
-                if let Some(log) = target.log {
-                    log.take();
-                }
-                let (time, json) = handle(target.app, body(&setting, q)).await;
-                let calls = target.log.map(CallLog::take);
-                samples.push(sample(time, &json, calls.as_deref()));
-            }
-        }
         let mut phase_times = Phases::default();
-        for _ in 0..args.rounds {
-            for q in queries {
-                phases(target.app, &identity, &body(&setting, q), &mut phase_times).await;
+        if setting.timed {
+            for _ in 0..args.rounds {
+                for q in queries {
+                    let (time, json, calls) = request(target, &body(&setting, q)).await;
+                    samples.push(sample(time, &json, calls.as_deref()));
+                }
+            }
+            for _ in 0..args.rounds {
+                for q in queries {
+                    phases(target.app, &identity, &body(&setting, q), &mut phase_times).await;
+                }
             }
         }
         results.push(SettingResult {
             label: setting.label,
-            timed: true,
+            timed: setting.timed,
             samples,
             phases: phase_times,
             verified,
@@ -862,31 +403,33 @@ async fn measure(target: &Target<'_>, queries: &[String], args: &Args) -> Vec<Se
 
 fn report(name: &str, results: &[SettingResult], queries: usize, rounds: usize) {
     println!("== {name}: {queries} queries × {rounds} rounds per setting (after one checked warm-up pass)");
+    let table = Table::new("<16 >7 >7 >7 | >5 >3 >3 >8 >5 >5 >5 >5 | <0");
     println!(
-        "  {:<16} {:>7} {:>7} {:>7} | {:>5} {:>3} {:>3} {:>8} {:>5} {:>5} {:>5} {:>5} | checked",
-        "setting", "p50", "p95", "max", "reads", "rnd", "win", "bytes", "cand", "ret", "drop", "used"
+        "{}",
+        table.header(&[
+            "setting", "p50", "p95", "max", "reads", "rnd", "win", "bytes", "cand", "ret", "drop", "used", "checked"
+        ])
     );
     for r in results.iter().filter(|r| r.timed) {
-        let mut times: Vec<Duration> = r.samples.iter().map(|s| s.time).collect();
-        times.sort();
-        let med = |f: fn(&Sample) -> usize| median(&r.samples.iter().map(f).collect::<Vec<_>>());
-        let bytes = median(&r.samples.iter().map(|s| s.bytes_read).collect::<Vec<_>>());
+        let times = Summary::of(&r.samples.iter().map(|s| s.time).collect::<Vec<_>>());
+        let med = |f: fn(&Sample) -> usize| median(r.samples.iter().map(f));
         println!(
-            "  {:<16} {:>7} {:>7} {:>7} | {:>5} {:>3} {:>3} {:>8} {:>5} {:>5} {:>5} {:>5} | {}/{} ok",
-            r.label,
-            ms(percentile(&times, 50.0)),
-            ms(percentile(&times, 95.0)),
-            ms(times[times.len() - 1]),
-            med(|s| s.reads),
-            med(Sample::rounds),
-            med(|s| s.window_rounds),
-            bytes,
-            med(|s| s.candidates),
-            med(|s| s.returned),
-            med(|s| s.dropped),
-            med(|s| s.used_tokens),
-            r.verified,
-            r.checked
+            "{}",
+            table.line(&[
+                &r.label,
+                &ms(times.p50),
+                &ms(times.p95),
+                &ms(times.max),
+                &med(|s| s.reads),
+                &med(Sample::rounds),
+                &med(|s| s.window_rounds),
+                &median(r.samples.iter().map(|s| s.bytes_read)),
+                &med(|s| s.candidates),
+                &med(|s| s.returned),
+                &med(|s| s.dropped),
+                &med(|s| s.used_tokens),
+                &format!("{}/{} ok", r.verified, r.checked),
+            ])
         );
     }
     println!(
@@ -895,11 +438,7 @@ fn report(name: &str, results: &[SettingResult], queries: usize, rounds: usize) 
     );
     println!("  checked only (shapes that drop entries; the warm-up pass, untimed), median [min–max]:");
     for r in results.iter().filter(|r| !r.timed) {
-        let range = |f: fn(&Sample) -> usize| {
-            let v: Vec<usize> = r.samples.iter().map(f).collect();
-            let (lo, hi) = (v.iter().min().copied().unwrap_or(0), v.iter().max().copied().unwrap_or(0));
-            format!("{} [{lo}–{hi}]", median(&v))
-        };
+        let range = |f: fn(&Sample) -> usize| median_range(r.samples.iter().map(f));
         println!(
             "  {:<16} candidates {}, returned {}, dropped {}, reads {} | {}/{} ok",
             r.label,
@@ -912,27 +451,21 @@ fn report(name: &str, results: &[SettingResult], queries: usize, rounds: usize) 
         );
     }
     println!("  phases, median ms: head = index revalidation (HEAD), search = gather, reads = read_planned");
+    let table = Table::new("<16 >7 >7 >7 >7 >7 >7 | >7 >7 >7");
     println!(
-        "  {:<16} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>7} {:>7} {:>7}",
-        "setting", "head", "embed", "search", "plan", "reads", "render", "sum", "e2e p50", "other"
+        "{}",
+        table.header(&["setting", "head", "embed", "search", "plan", "reads", "render", "sum", "e2e p50", "other"])
     );
     for r in results.iter().filter(|r| r.timed) {
         let p = &r.phases;
-        let parts = [&p.head, &p.embed, &p.search, &p.plan, &p.reads, &p.render].map(|v| median(v));
+        let parts = [&p.head, &p.embed, &p.search, &p.plan, &p.reads, &p.render].map(|v| median(v.iter().copied()));
         let sum: Duration = parts.iter().sum();
-        let e2e = median(&r.samples.iter().map(|s| s.time).collect::<Vec<_>>());
+        let e2e = median(r.samples.iter().map(|s| s.time));
+        let other = if e2e >= sum { ms(e2e - sum) } else { format!("-{}", ms(sum - e2e)) };
+        let [head, embed, search, plan, reads, render] = parts.map(ms);
         println!(
-            "  {:<16} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>7} {:>7} {:>7}",
-            r.label,
-            ms(parts[0]),
-            ms(parts[1]),
-            ms(parts[2]),
-            ms(parts[3]),
-            ms(parts[4]),
-            ms(parts[5]),
-            ms(sum),
-            ms(e2e),
-            if e2e >= sum { ms(e2e - sum) } else { format!("-{}", ms(sum - e2e)) }
+            "{}",
+            table.line(&[&r.label, &head, &embed, &search, &plan, &reads, &render, &ms(sum), &ms(e2e), &other])
         );
     }
 }
@@ -944,46 +477,51 @@ fn report_latency(results: &[SettingResult], baseline: &[SettingResult], latency
         "  per request: store calls seen by the proxy, median [min–max]; read rounds ideal = ceil(reads / 8), \
          window = read_planned's ordered window"
     );
+    let table = Table::new("<16 >7 >9 >5 >9 >7 | >7 >8 >8 >7 >7 >10");
     println!(
-        "  {:<16} {:>7} {:>9} {:>5} {:>9} {:>7} | {:>7} {:>8} {:>8} {:>7} {:>7} {:>10}",
-        "setting",
-        "HEAD",
-        "GET",
-        "ideal",
-        "window",
-        "spread",
-        "p50",
-        "floor id",
-        "floor wd",
-        "excess",
-        "no-lat",
-        "sequential"
+        "{}",
+        table.header(&[
+            "setting",
+            "HEAD",
+            "GET",
+            "ideal",
+            "window",
+            "spread",
+            "p50",
+            "floor id",
+            "floor wd",
+            "excess",
+            "no-lat",
+            "sequential"
+        ])
     );
     let results: Vec<&SettingResult> = results.iter().filter(|r| r.timed).collect();
     let baseline: Vec<&SettingResult> = baseline.iter().filter(|r| r.timed).collect();
+    // The median GET spread of `samples`, `-` when none had two GETs or more.
+    let spread = |samples: &[&Sample]| {
+        let spreads: Vec<Duration> = samples.iter().filter_map(|s| s.get_spread).collect();
+        if spreads.is_empty() { "-".to_owned() } else { ms(median(spreads)) }
+    };
     for (r, base) in results.iter().zip(&baseline) {
         let calls: Vec<(usize, usize, usize)> = r.samples.iter().filter_map(|s| s.calls).collect();
-        let range = |v: Vec<usize>| {
-            let (lo, hi) = (v.iter().min().copied().unwrap_or(0), v.iter().max().copied().unwrap_or(0));
-            format!("{} [{lo}–{hi}]", median(&v))
-        };
-        let times = |f: &dyn Fn(&Sample) -> Duration| median(&r.samples.iter().map(f).collect::<Vec<_>>());
-        let spreads: Vec<Duration> = r.samples.iter().filter_map(|s| s.get_spread).collect();
+        let times = |f: &dyn Fn(&Sample) -> Duration| ms(median(r.samples.iter().map(f)));
         let others: usize = calls.iter().map(|c| c.2).sum();
         println!(
-            "  {:<16} {:>7} {:>9} {:>5} {:>9} {:>7} | {:>7} {:>8} {:>8} {:>7} {:>7} {:>10}",
-            r.label,
-            range(calls.iter().map(|c| c.0).collect()),
-            range(calls.iter().map(|c| c.1).collect()),
-            median(&r.samples.iter().map(Sample::rounds).collect::<Vec<_>>()),
-            range(r.samples.iter().map(|s| s.window_rounds).collect()),
-            if spreads.is_empty() { "-".to_owned() } else { ms(median(&spreads)) },
-            ms(times(&|s| s.time)),
-            ms(times(&|s| latency * (1 + s.rounds()) as u32)),
-            ms(times(&|s| latency * (1 + s.window_rounds) as u32)),
-            ms(times(&|s| s.time.saturating_sub(latency * (1 + s.window_rounds) as u32))),
-            ms(median(&base.samples.iter().map(|s| s.time).collect::<Vec<_>>())),
-            ms(times(&|s| latency * (1 + s.reads) as u32)),
+            "{}",
+            table.line(&[
+                &r.label,
+                &median_range(calls.iter().map(|c| c.0)),
+                &median_range(calls.iter().map(|c| c.1)),
+                &median(r.samples.iter().map(Sample::rounds)),
+                &median_range(r.samples.iter().map(|s| s.window_rounds)),
+                &spread(&r.samples.iter().collect::<Vec<_>>()),
+                &times(&|s| s.time),
+                &times(&|s| latency * (1 + s.rounds()) as u32),
+                &times(&|s| latency * (1 + s.window_rounds) as u32),
+                &times(&|s| s.time.saturating_sub(latency * (1 + s.window_rounds) as u32)),
+                &ms(median(base.samples.iter().map(|s| s.time))),
+                &times(&|s| latency * (1 + s.reads) as u32),
+            ])
         );
         if others > 0 {
             println!("    ({others} calls other than HEAD and GET)");
@@ -997,16 +535,14 @@ fn report_latency(results: &[SettingResult], baseline: &[SettingResult], latency
             if group.is_empty() {
                 continue;
             }
-            let mut times: Vec<Duration> = group.iter().map(|s| s.time).collect();
-            times.sort();
-            let spreads: Vec<Duration> = group.iter().filter_map(|s| s.get_spread).collect();
+            let times = Summary::of(&group.iter().map(|s| s.time).collect::<Vec<_>>());
             println!(
                 "  {:<16} {rounds} round(s): {:>3} requests, p50 {:>6}, p95 {:>6}, spread {:>6} ms",
                 r.label,
                 group.len(),
-                ms(percentile(&times, 50.0)),
-                ms(percentile(&times, 95.0)),
-                if spreads.is_empty() { "-".to_owned() } else { ms(median(&spreads)) }
+                ms(times.p50),
+                ms(times.p95),
+                spread(&group)
             );
         }
     }
@@ -1078,7 +614,8 @@ async fn concurrent_gets(
             }
         }
     }
-    (median(&times), (!spreads.is_empty()).then(|| median(&spreads)))
+    let spread = (!spreads.is_empty()).then(|| median(spreads));
+    (median(times), spread)
 }
 
 /// The S3 client and moto alone: n GETs at once, direct and with latency,
@@ -1091,7 +628,7 @@ async fn report_concurrent_gets(
     latency: Duration,
 ) {
     let keys: Vec<String> = listing
-        .list(&format!("accounts/{ACCOUNT}/tree/"))
+        .list(&format!("accounts/{}/tree/", skald_tests::fixture::ACCOUNT))
         .await
         .unwrap_or_else(|e| fail("list", e))
         .into_iter()
@@ -1103,10 +640,8 @@ async fn report_concurrent_gets(
         "  n concurrent S3Store::get of demo objects, outside the assembly line: median of 15 batches, ms \
          (spread: first to last arrival at the proxy)"
     );
-    println!(
-        "  {:<4} {:>10} {:>10} {:>8} | {:>10} {:>10} {:>8} | {:>10}",
-        "n", "direct", "+latency", "spread", "1 task", "1 task +l", "spread", "floor"
-    );
+    let table = Table::new("<4 >10 >10 >8 | >10 >10 >8 | >10");
+    println!("{}", table.header(&["n", "direct", "+latency", "spread", "1 task", "1 task +l", "spread", "floor"]));
     for n in [1, 2, 4, 6, 8] {
         let (fast, _) = concurrent_gets(direct, &keys, n, true, None).await;
         let (lagged, spread) = concurrent_gets(slow, &keys, n, true, Some(log)).await;
@@ -1114,38 +649,23 @@ async fn report_concurrent_gets(
         let (lagged_one, spread_one) = concurrent_gets(slow, &keys, n, false, Some(log)).await;
         let show = |d: Option<Duration>| d.map_or_else(|| "-".to_owned(), ms);
         println!(
-            "  {n:<4} {:>10} {:>10} {:>8} | {:>10} {:>10} {:>8} | {:>10}",
-            ms(fast),
-            ms(lagged),
-            show(spread),
-            ms(fast_one),
-            ms(lagged_one),
-            show(spread_one),
-            ms(latency + fast)
+            "{}",
+            table.line(&[
+                &n,
+                &ms(fast),
+                &ms(lagged),
+                &show(spread),
+                &ms(fast_one),
+                &ms(lagged_one),
+                &show(spread_one),
+                &ms(latency + fast)
+            ])
         );
     }
 }
 
 // ---------------------------------------------------------------------------
 // The planner on synthetic candidates.
-
-/// SplitMix64 (as the index bench).
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `lo..hi`.
-    fn range(&mut self, lo: u32, hi: u32) -> u32 {
-        lo + (self.next_u64() % u64::from(hi - lo)) as u32
-    }
-}
 
 const WORDS: [&str; 16] = [
     "bucket", "manifest", "segment", "lambda", "latency", "memory", "token", "budget", "planner", "retry", "index",
@@ -1220,21 +740,24 @@ fn synthetic_candidates(n: usize, seed: u64) -> Vec<Candidate> {
 
 fn bench_planner(args: &Args) {
     println!("== planner: skald::assemble::plan::plan, detail auto, median of {} runs", args.plan_runs);
+    let table = Table::new("<11 >10 >8 >8 >8 | >6 >5 >5 >5 >5 >7 >7 >6");
     println!(
-        "  {:<11} {:>10} {:>8} {:>8} {:>8} | {:>6} {:>5} {:>5} {:>5} {:>5} {:>7} {:>7} {:>6}",
-        "candidates",
-        "max_tokens",
-        "median",
-        "p95",
-        "min",
-        "placed",
-        "full",
-        "ovw",
-        "abs",
-        "uri",
-        "dropped",
-        "deduped",
-        "tokens"
+        "{}",
+        table.header(&[
+            "candidates",
+            "max_tokens",
+            "median",
+            "p95",
+            "min",
+            "placed",
+            "full",
+            "ovw",
+            "abs",
+            "uri",
+            "dropped",
+            "deduped",
+            "tokens"
+        ])
     );
     for n in [10, 1000] {
         let candidates = synthetic_candidates(n, args.seed);
@@ -1253,43 +776,30 @@ fn bench_planner(args: &Args) {
             times.sort();
             let p = plan::plan(&candidates, &request);
             let tier = |t: Tier| p.entries.iter().filter(|e| e.tier == t).count();
+            let us = |d: Duration| format!("{:.0}µs", d.as_secs_f64() * 1e6);
             println!(
-                "  {:<11} {:>10} {:>6}µs {:>6}µs {:>6}µs | {:>6} {:>5} {:>5} {:>5} {:>5} {:>7} {:>7} {:>6}",
-                n,
-                max_tokens,
-                us(percentile(&times, 50.0)),
-                us(percentile(&times, 95.0)),
-                us(times[0]),
-                p.entries.len(),
-                tier(Tier::Full),
-                tier(Tier::Overview),
-                tier(Tier::Abstract),
-                tier(Tier::Uri),
-                p.dropped,
-                p.deduped,
-                p.tokens
+                "{}",
+                table.line(&[
+                    &n,
+                    &max_tokens,
+                    &us(percentile(&times, 50.0)),
+                    &us(percentile(&times, 95.0)),
+                    &us(times[0]),
+                    &p.entries.len(),
+                    &tier(Tier::Full),
+                    &tier(Tier::Overview),
+                    &tier(Tier::Abstract),
+                    &tier(Tier::Uri),
+                    &p.dropped,
+                    &p.deduped,
+                    &p.tokens
+                ])
             );
         }
     }
 }
 
 // ---------------------------------------------------------------------------
-
-fn embedder(hashed: bool) -> Arc<dyn Embedder> {
-    if hashed {
-        return Arc::new(HashedEmbedder::new(256));
-    }
-    let dir = std::env::var_os("SKALD_USE_M3_DIR")
-        .filter(|d| !d.is_empty())
-        .map_or_else(|| repo().join(".skald/models/use-m3"), PathBuf::from);
-    match UseM3Embedder::open(&dir) {
-        Ok(model) => Arc::new(model),
-        Err(e) => {
-            eprintln!("{e}\nrun scripts/setup-model.sh first (or set SKALD_USE_M3_DIR, or pass --hashed)");
-            std::process::exit(2)
-        }
-    }
-}
 
 /// What every S3 run shares.
 struct Env<'a> {
@@ -1310,7 +820,7 @@ async fn s3_runs(
     bucket: &str,
     env: &Env<'_>,
 ) {
-    let fast_app = app(Arc::clone(fast), Arc::clone(env.embedder));
+    let fast_app = dev_app(Arc::clone(fast), Arc::clone(env.embedder));
     let target = Target { app: &fast_app, sizes, log: None, directories: env.directories };
     let fast_results = measure(&target, env.queries, env.args).await;
     println!();
@@ -1318,8 +828,8 @@ async fn s3_runs(
 
     let log = Arc::new(CallLog::default());
     let proxy = start_proxy(upstream, env.args.latency, Arc::clone(&log)).await;
-    let slow: SharedStore = Arc::new(s3_store(&format!("http://{proxy}"), bucket));
-    let slow_app = app(Arc::clone(&slow), Arc::clone(env.embedder));
+    let slow = s3_at(proxy, bucket);
+    let slow_app = dev_app(Arc::clone(&slow), Arc::clone(env.embedder));
     let target = Target { app: &slow_app, sizes, log: Some(&log), directories: env.directories };
     let slow_results = measure(&target, env.queries, env.args).await;
     println!();
@@ -1335,67 +845,51 @@ async fn s3_runs(
 }
 
 async fn run(args: &Args) {
-    let embedder = embedder(args.hashed);
-    let queries = queries();
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let embedder = embedder(args.hashed, "--hashed");
+    let queries = retrieval_queries();
     println!(
         "embedder {}; {} queries; latency {} ms; load average {}",
         embedder.id(),
         queries.len(),
         args.latency.as_millis(),
-        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        load_average()
     );
 
     // 1. Local store.
-    let dir = std::env::temp_dir().join(format!("skald-bench-context-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let local: SharedStore = Arc::new(LocalStore::open(&dir).unwrap_or_else(|e| fail("local store", e)));
-    let took = ingest_demo(&local, embedder.as_ref()).await;
+    let local = TempStore::open(&format!("skald-bench-context-{}", std::process::id()));
+    let took = ingest_demo(local.store(), embedder.as_ref()).await;
     println!("ingest samplconfigs/demo into a LocalStore: {} ms", ms(took));
-    let local_app = app(Arc::clone(&local), Arc::clone(&embedder));
+    let local_app = dev_app(Arc::clone(local.store()), Arc::clone(&embedder));
     let dirs = directories(&local_app).await;
-    let target = Target { app: &local_app, sizes: &local, log: None, directories: &dirs };
+    let target = Target { app: &local_app, sizes: local.store(), log: None, directories: &dirs };
     let local_results = measure(&target, &queries, args).await;
-    report(&format!("store=local ({})", dir.display()), &local_results, queries.len(), args.rounds);
+    report(&format!("store=local ({})", local.dir().display()), &local_results, queries.len(), args.rounds);
 
     // 2. The S3 client over the same local store (an in-process S3-protocol
     // server), direct and with latency: the S3 client's and the latency's
     // share without moto's.
     let bucket = format!("bench-context-{}", std::process::id());
-    let server = start_s3_over(Arc::clone(&local), bucket.clone()).await;
-    let fast: SharedStore = Arc::new(s3_store(&format!("http://{server}"), &bucket));
+    let server = start_s3_over(Arc::clone(local.store()), &bucket).await;
+    let fast = s3_at(server, &bucket);
     let name = format!("S3Store → in-process S3 server over the LocalStore ({server})");
     let env = Env { embedder: &embedder, queries: &queries, directories: &dirs, args };
-    s3_runs(&name, &fast, &local, server, &bucket, &env).await;
+    s3_runs(&name, &fast, local.store(), server, &bucket, &env).await;
 
     // 3. S3 on moto, direct and with latency.
     if args.moto {
-        let moto = moto();
-        let direct_s3 = s3_store(&moto.endpoint, &bucket);
-        direct_s3.ensure_bucket().await.unwrap_or_else(|e| fail("bucket", e));
-        let direct: SharedStore = Arc::new(direct_s3);
-        let took = ingest_demo(&direct, embedder.as_ref()).await;
-        println!("\ningest samplconfigs/demo into S3 on moto ({}): {} ms", moto.endpoint, ms(took));
-        let upstream: SocketAddr = moto
-            .endpoint
-            .trim_start_matches("http://")
-            .trim_end_matches('/')
-            .parse()
-            .unwrap_or_else(|e| fail("moto endpoint (want http://ip:port)", e));
-        s3_runs(&format!("S3Store → moto ({})", moto.endpoint), &direct, &direct, upstream, &bucket, &env).await;
+        let moto = moto_demo(&bucket, embedder.as_ref()).await;
+        println!("\ningest samplconfigs/demo into S3 on moto ({}): {} ms", moto.endpoint, ms(moto.ingest));
+        let name = format!("S3Store → moto ({})", moto.endpoint);
+        s3_runs(&name, &moto.store, &moto.store, moto.address, &bucket, &env).await;
     }
     drop(local_app);
+    // Removes the local store's directory.
     drop(local);
-    if let Err(e) = std::fs::remove_dir_all(&dir) {
-        eprintln!("bench_context: cannot remove {}: {e}", dir.display());
-    }
     println!();
     bench_planner(args);
 }
 
 fn main() {
     let args = parse_args().unwrap_or_else(|e| fail("arguments", e));
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap_or_else(|e| fail("tokio runtime", e));
-    runtime.block_on(run(&args));
+    block_on(run(&args));
 }

@@ -47,35 +47,30 @@
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use lambda_http::Body;
 use serde_json::{Value, json};
 use skald::app::App;
 use skald::assemble::assemble;
-use skald::config::{Config, IdentityConfig, IdentityMode, ModelConfig};
+use skald::config::{Config, ModelConfig};
 use skald::embed::Embedder;
-use skald::embed::hashed::HashedEmbedder;
-use skald::embed::use_m3::UseM3Embedder;
-use skald::identity::{AccountId, Identity, UserId};
+use skald::identity::Identity;
 use skald::index::Exclusion;
-use skald::ingest::{IngestOptions, ingest_dir};
 use skald::llm::expansion::{self, ExpansionStatus, RECENT_MESSAGES, SessionContext};
 use skald::llm::openai::{ApiKey, OpenAiChat};
 use skald::llm::rewrite::{self, RewriteStatus};
 use skald::llm::{ChatModel, ChatRequest, Completion, LlmError, Models, Usage};
 use skald::sessions::{SessionId, Sessions};
 use skald::store::SharedStore;
-use skald::store::local::LocalStore;
+use skald_tests::bench_util::{
+    Flags, Table, TempStore, block_on, dev_config, diff_ms, embedder, fail, identity, ingest_demo, load_average,
+    median, now, paired_ms, percentile, search, sessions_call, sorted,
+};
+use skald_tests::fixture::SESSIONS_PATH;
 use skald_tests::model_server::{EXPAND_MARKER, ModelServer, Reply, echo};
 
-const ACCOUNT: &str = "default";
-const USER: &str = "default";
-const SEARCH_PATH: &str = "/api/v1/search/search";
-const SESSIONS_PATH: &str = "/api/v1/sessions";
 /// The session every session variant names.
 const SESSION: &str = "bench-llm-s3-retries";
 /// The environment variable the model config names for its key (left unset:
@@ -127,83 +122,42 @@ struct Args {
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args { rounds: 200, warmup: 20, hashed: false };
-    let usage = "usage: bench_llm [--rounds N] [--warmup N] [--embedder use-m3|hashed]";
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value; {usage}"))?;
-        let number = || value.replace('_', "").parse::<usize>().map_err(|e| format!("{flag} {value}: {e}"));
+    let mut flags = Flags::from_env("usage: bench_llm [--rounds N] [--warmup N] [--embedder use-m3|hashed]");
+    while let Some(flag) = flags.next() {
         match flag.as_str() {
-            "--rounds" => args.rounds = number()?.max(1),
-            "--warmup" => args.warmup = number()?.max(1),
-            "--embedder" => match value.as_str() {
+            "--rounds" => args.rounds = flags.at_least(&flag, 1)?,
+            "--warmup" => args.warmup = flags.at_least(&flag, 1)?,
+            "--embedder" => match flags.value(&flag)?.as_str() {
                 "use-m3" => args.hashed = false,
                 "hashed" => args.hashed = true,
                 other => return Err(format!("--embedder {other}: want use-m3 or hashed")),
             },
-            other => return Err(format!("unknown argument {other}; {usage}")),
+            _ => return Err(flags.unknown(&flag)),
         }
     }
     Ok(args)
 }
 
-fn fail(what: &str, e: impl std::fmt::Display) -> ! {
-    eprintln!("bench_llm: {what}: {e}");
-    std::process::exit(1)
-}
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn identity() -> Identity {
-    Identity {
-        account: AccountId::new(ACCOUNT).unwrap_or_else(|e| fail("account", e)),
-        user: UserId::new(USER).unwrap_or_else(|e| fail("user", e)),
-        actor_peer: None,
-    }
-}
-
-fn now() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
-}
-
 // ---------------------------------------------------------------------------
 // Statistics.
 
-/// Nearest-rank percentile of sorted samples.
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted.get(rank.clamp(1, sorted.len().max(1)) - 1).copied().unwrap_or_default()
-}
-
-fn sorted(values: &[Duration]) -> Vec<Duration> {
-    let mut v = values.to_vec();
-    v.sort();
-    v
-}
-
 fn p50(values: &[Duration]) -> Duration {
-    percentile(&sorted(values), 50.0)
+    median(values.iter().copied())
 }
 
+/// Milliseconds with three decimals.
 fn ms(d: Duration) -> String {
     format!("{:.3}", d.as_secs_f64() * 1e3)
 }
 
-/// Signed milliseconds.
-fn ms_signed(seconds: f64) -> String {
-    format!("{:+.3}", seconds * 1e3)
+/// Signed milliseconds with three decimals.
+fn ms_signed(ms: f64) -> String {
+    format!("{ms:+.3}")
 }
 
-/// The median of `a[i] − b[i]`, in seconds (signed).
-fn median_paired(a: &[Duration], b: &[Duration]) -> f64 {
-    let mut d: Vec<f64> = a.iter().zip(b).map(|(x, y)| x.as_secs_f64() - y.as_secs_f64()).collect();
-    d.sort_by(f64::total_cmp);
-    d.get(d.len().saturating_sub(1) / 2).copied().unwrap_or(0.0)
-}
-
-fn secs(d: Duration) -> f64 {
-    d.as_secs_f64()
+/// Milliseconds (signed) of a duration.
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
 }
 
 // ---------------------------------------------------------------------------
@@ -234,11 +188,34 @@ impl CallTimes {
     }
 }
 
+/// The model a [`Timed`] asks.
+#[derive(Debug)]
+enum Inner {
+    /// A client (the OpenAI one, to the test server).
+    Client(Arc<dyn ChatModel>),
+    /// Answers as the scripted server does, without HTTP: the fixed `plan`
+    /// for an expansion prompt, [`echo`] of the request for anything else.
+    InProcess { plan: String },
+}
+
 /// Times every call of the model it wraps.
 #[derive(Debug)]
 struct Timed {
-    inner: Arc<dyn ChatModel>,
+    inner: Inner,
     times: Arc<CallTimes>,
+}
+
+impl Timed {
+    /// The OpenAI client to `base_url`, timed into `times`.
+    fn http(base_url: &str, times: &Arc<CallTimes>) -> Self {
+        let client = OpenAiChat::new(base_url, "stub", ApiKey::Env(NO_KEY.to_owned()));
+        Self { inner: Inner::Client(Arc::new(client)), times: Arc::clone(times) }
+    }
+
+    /// The in-process model, timed into `times`.
+    fn in_process(times: &Arc<CallTimes>) -> Self {
+        Self { inner: Inner::InProcess { plan: plan_answer() }, times: Arc::clone(times) }
+    }
 }
 
 type CompletionFuture<'a> = Pin<Box<dyn Future<Output = Result<Completion, LlmError>> + Send + 'a>>;
@@ -247,7 +224,10 @@ type CompletionFuture<'a> = Pin<Box<dyn Future<Output = Result<Completion, LlmEr
 // `async-trait`, so the method is written in the form the macro expands to.
 impl ChatModel for Timed {
     fn id(&self) -> &str {
-        self.inner.id()
+        match &self.inner {
+            Inner::Client(model) => model.id(),
+            Inner::InProcess { .. } => "in-process:stub",
+        }
     }
 
     fn complete<'life0, 'life1, 'life2, 'async_trait>(
@@ -262,44 +242,21 @@ impl ChatModel for Timed {
     {
         Box::pin(async move {
             let started = Instant::now();
-            let answer = self.inner.complete(request).await;
+            let answer = match &self.inner {
+                Inner::Client(model) => model.complete(request).await,
+                Inner::InProcess { plan } => {
+                    let text = match stage_of(request) {
+                        Stage::Expand => plan.clone(),
+                        Stage::Rewrite => echo(&json!({"messages": [
+                            {"role": "system", "content": request.system},
+                            {"role": "user", "content": request.user},
+                        ]})),
+                    };
+                    Ok(Completion { text, usage: Some(Usage { prompt_tokens: 321, completion_tokens: 54 }) })
+                }
+            };
             self.times.push(stage_of(request), started.elapsed());
             answer
-        })
-    }
-}
-
-/// Answers as the scripted server does, without HTTP: the fixed plan for an
-/// expansion prompt, [`echo`] of the request for anything else.
-#[derive(Debug)]
-struct InProcess {
-    plan: String,
-}
-
-impl ChatModel for InProcess {
-    fn id(&self) -> &str {
-        "in-process:stub"
-    }
-
-    fn complete<'life0, 'life1, 'life2, 'async_trait>(
-        &'life0 self,
-        request: &'life1 ChatRequest<'life2>,
-    ) -> CompletionFuture<'async_trait>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        'life2: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            let text = match stage_of(request) {
-                Stage::Expand => self.plan.clone(),
-                Stage::Rewrite => echo(&json!({"messages": [
-                    {"role": "system", "content": request.system},
-                    {"role": "user", "content": request.user},
-                ]})),
-            };
-            Ok(Completion { text, usage: Some(Usage { prompt_tokens: 321, completion_tokens: 54 }) })
         })
     }
 }
@@ -319,35 +276,16 @@ fn plan_answer() -> String {
 // ---------------------------------------------------------------------------
 // Apps, corpus, session.
 
-fn embedder(hashed: bool) -> Arc<dyn Embedder> {
-    if hashed {
-        return Arc::new(HashedEmbedder::new(256));
-    }
-    let dir = std::env::var_os("SKALD_USE_M3_DIR")
-        .filter(|d| !d.is_empty())
-        .map_or_else(|| repo().join(".skald/models/use-m3"), PathBuf::from);
-    match UseM3Embedder::open(&dir) {
-        Ok(model) => Arc::new(model),
-        Err(e) => {
-            eprintln!(
-                "bench_llm: {e}\nrun scripts/setup-model.sh first (or set SKALD_USE_M3_DIR, or pass --embedder hashed)"
-            );
-            std::process::exit(2)
-        }
-    }
-}
-
 /// The app as production builds it: dev identity, `llm` an OpenAI-compatible
 /// model at `base_url`, models built from the configuration on first use.
 fn app(store: SharedStore, embedder: Arc<dyn Embedder>, base_url: &str) -> App {
     let config = Config {
-        identity: IdentityConfig { mode: IdentityMode::Dev, ..IdentityConfig::default() },
         llm: Some(ModelConfig::Openai {
             base_url: base_url.to_owned(),
             model: "stub".to_owned(),
             api_key_env: NO_KEY.to_owned(),
         }),
-        ..Config::default()
+        ..dev_config()
     };
     App::with_parts(config, store, embedder)
 }
@@ -360,34 +298,12 @@ fn app_with_model(store: SharedStore, embedder: Arc<dyn Embedder>, base_url: &st
     app
 }
 
-async fn ingest_demo(store: &SharedStore, embedder: &dyn Embedder) -> Duration {
-    let account = AccountId::new(ACCOUNT).unwrap_or_else(|e| fail("account", e));
-    let started = Instant::now();
-    let options = IngestOptions { abstract_max_bytes: 400, ..IngestOptions::default() };
-    ingest_dir(&repo().join("samplconfigs/demo"), store, &account, embedder, &options, &mut |_| {})
-        .await
-        .unwrap_or_else(|e| fail("ingest samplconfigs/demo", e));
-    started.elapsed()
-}
-
-/// A Lambda event for `method path` with a JSON body, as the default
-/// dev-mode caller.
-fn event(method: &str, path: &str, body: Option<&Value>) -> lambda_http::Request {
-    lambda_http::http::Request::builder()
-        .method(method)
-        .uri(format!("https://api.example.com{path}"))
-        .header("content-type", "application/json")
-        .body(body.map_or(Body::Empty, |b| Body::Text(b.to_string())))
-        .unwrap_or_else(|e| fail("request", e))
-}
-
 /// Creates the session and appends [`MESSAGES`] through the sessions route.
 async fn write_session(app: &App) {
     let call = |method: &'static str, path: String, body: Value| async move {
-        let request = skald_lambda::to_library_request(event(method, &path, Some(&body)));
-        let response = Box::pin(skald::api::sessions::handle(app, request)).await;
-        if response.status() != 200 {
-            fail(&format!("{method} {path}"), response.body());
+        let (_, status, json) = sessions_call(app, method, &path, Some(&body)).await;
+        if status != 200 {
+            fail(&format!("{method} {path}"), json);
         }
     };
     call("POST", SESSIONS_PATH.to_owned(), json!({ "session_id": SESSION })).await;
@@ -434,46 +350,25 @@ fn body(session: bool, expansion: bool, rewrite: bool) -> Value {
     body
 }
 
-/// One timed request: (time, response).
-async fn search(app: &App, body: &Value) -> (Duration, Value) {
-    let request = skald_lambda::to_library_request(event("POST", SEARCH_PATH, Some(body)));
-    let started = Instant::now();
-    let response = Box::pin(skald::api::search::handle(app, request)).await;
-    let took = started.elapsed();
-    if response.status() != 200 {
-        fail("search", format!("status {}: {}", response.status(), response.body()));
-    }
-    let json: Value = serde_json::from_str(response.body()).unwrap_or_else(|e| fail("response json", e));
-    (took, json)
-}
-
 /// Aborts unless `json` is what `variant` must answer.
 fn check(variant: &Variant<'_>, json: &Value) {
     let result = &json["result"];
     let stats = &result["stats"];
     let mut problems = Vec::new();
-    let expansion = stats["query_expansion"].as_str().unwrap_or("<missing>");
-    if expansion != variant.expect.expansion.as_str() {
-        problems.push(format!(
-            "stats.query_expansion = {expansion:?}, want {:?} (error: {})",
-            variant.expect.expansion.as_str(),
-            stats["query_expansion_error"]
-        ));
-    }
+    // A stage's status in `stats.{key}`, its error (if any) in `stats.{key}_error`.
+    let status = |key: &str, want: &str| {
+        let got = stats[key].as_str().unwrap_or("<missing>");
+        (got != want)
+            .then(|| format!("stats.{key} = {got:?}, want {want:?} (error: {})", stats[format!("{key}_error")]))
+    };
+    problems.extend(status("query_expansion", variant.expect.expansion.as_str()));
     let planned: Vec<&str> =
         stats["planned_queries"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
     let want_planned: &[&str] = if variant.expect.expansion == ExpansionStatus::Used { &PLANNED } else { &[] };
     if planned != want_planned {
         problems.push(format!("stats.planned_queries = {planned:?}, want {want_planned:?}"));
     }
-    let rewrite = stats["rewrite"].as_str().unwrap_or("<missing>");
-    if rewrite != variant.expect.rewrite.as_str() {
-        problems.push(format!(
-            "stats.rewrite = {rewrite:?}, want {:?} (error: {})",
-            variant.expect.rewrite.as_str(),
-            stats["rewrite_error"]
-        ));
-    }
+    problems.extend(status("rewrite", variant.expect.rewrite.as_str()));
     let digest = result["digest"].as_str().unwrap_or_default();
     let wants_digest = variant.expect.rewrite == RewriteStatus::Ok;
     if wants_digest != digest.starts_with(rewrite::DIGEST_HEADER) {
@@ -641,7 +536,7 @@ async fn measure_pieces(app: &App, server: &ModelServer, args: &Args) -> Pieces 
 
     // The stages over the in-process model, which times itself.
     let times = Arc::new(CallTimes::default());
-    let model = Timed { inner: Arc::new(InProcess { plan: plan_answer() }), times: Arc::clone(&times) };
+    let model = Timed::in_process(&times);
     let budget = Some(Duration::from_secs(10));
     let expand_runs = time_each(rounds, warmup, || expansion::expand(&model, &context, QUERY, budget)).await;
     let expand_model = p50(&times.take().iter().skip(warmup).map(|(_, d)| *d).collect::<Vec<_>>());
@@ -709,26 +604,29 @@ async fn measure_pieces(app: &App, server: &ModelServer, args: &Args) -> Pieces 
 // Report.
 
 fn report_variants(variants: &[Variant<'_>], samples: &[Samples]) {
+    let table = Table::new("<8 <31 >8 >8 >8 | >8 >8 >9 | >7 >7");
     println!(
-        "  {:<8} {:<31} {:>8} {:>8} {:>8} | {:>8} {:>8} {:>9} | {:>7} {:>7}",
-        "variant", "what", "p50", "p90", "p99", "expand", "rewrite", "w/o calls", "entries", "bullets"
+        "{}",
+        table.header(&["variant", "what", "p50", "p90", "p99", "expand", "rewrite", "w/o calls", "entries", "bullets"])
     );
     for (v, s) in variants.iter().zip(samples) {
-        let t = sorted(&s.times);
+        let t = sorted(s.times.iter().copied());
         let opt = |d: &[Duration]| if d.is_empty() { "-".to_owned() } else { ms(p50(d)) };
         let without = if v.times.is_some() { ms(p50(&s.without_calls)) } else { "-".to_owned() };
         println!(
-            "  {:<8} {:<31} {:>8} {:>8} {:>8} | {:>8} {:>8} {:>9} | {:>7} {:>7}",
-            v.label,
-            v.what,
-            ms(percentile(&t, 50.0)),
-            ms(percentile(&t, 90.0)),
-            ms(percentile(&t, 99.0)),
-            opt(&s.expand_calls),
-            opt(&s.rewrite_calls),
-            without,
-            s.entries,
-            s.digest_bullets
+            "{}",
+            table.line(&[
+                &v.label,
+                &v.what,
+                &ms(percentile(&t, 50.0)),
+                &ms(percentile(&t, 90.0)),
+                &ms(percentile(&t, 99.0)),
+                &opt(&s.expand_calls),
+                &opt(&s.rewrite_calls),
+                &without,
+                &s.entries,
+                &s.digest_bullets
+            ])
         );
     }
     println!(
@@ -739,50 +637,47 @@ fn report_variants(variants: &[Variant<'_>], samples: &[Samples]) {
 
 fn report_split(samples: &[Samples], pieces: &Pieces) {
     let [a, b, c, d, d_http, d_mem] = samples else { return };
-    let over = |x: &Samples| (secs(p50(&x.times)) - secs(p50(&a.times)), median_paired(&x.times, &a.times));
+    let over = |x: &Samples| (diff_ms(p50(&x.times), p50(&a.times)), percentile(&paired_ms(&x.times, &a.times), 50.0));
     println!("\n  overhead over (a), ms: p50 difference / median of paired per-round differences");
     for (label, x) in [("(b)", b), ("(c)", c), ("(d)", d), ("(d·http)", d_http), ("(d·mem)", d_mem)] {
         let (diff, paired) = over(x);
         println!("  {label:<9} {:>8} / {:>8}", ms_signed(diff), ms_signed(paired));
     }
     let (d_over, _) = over(d);
-    let embed_extra = secs(pieces.embed_3) - secs(pieces.embed_1);
-    let retrieval_extra = secs(pieces.assemble_3) - secs(pieces.assemble_1);
-    let expand_own = secs(pieces.expand_stage) - secs(pieces.expand_model);
-    let rewrite_own = secs(pieces.rewrite_stage) - secs(pieces.rewrite_model);
-    let http = secs(p50(&d_http.expand_calls)) + secs(p50(&d_http.rewrite_calls));
+    let (expand_http, rewrite_http) = (p50(&d_http.expand_calls), p50(&d_http.rewrite_calls));
     let rows = [
-        ("session read (meta + archive list, then 5 message GETs)", secs(pieces.session_read)),
-        ("extra retrieval for 2 planned queries (assemble 3q − 1q)", retrieval_extra),
-        ("  of which embedding (embed 3 − embed 1)", embed_extra),
-        ("expansion call, HTTP to the 0 ms server (d·http)", secs(p50(&d_http.expand_calls))),
-        ("rewrite call, HTTP to the 0 ms server (d·http)", secs(p50(&d_http.rewrite_calls))),
-        ("expansion stage's own work (prompt, parse; in-process model)", expand_own),
-        ("rewrite stage's own work (slice, prompt, normalise)", rewrite_own),
+        ("session read (meta + archive list, then 5 message GETs)", millis(pieces.session_read)),
+        ("extra retrieval for 2 planned queries (assemble 3q − 1q)", diff_ms(pieces.assemble_3, pieces.assemble_1)),
+        ("  of which embedding (embed 3 − embed 1)", diff_ms(pieces.embed_3, pieces.embed_1)),
+        ("expansion call, HTTP to the 0 ms server (d·http)", millis(expand_http)),
+        ("rewrite call, HTTP to the 0 ms server (d·http)", millis(rewrite_http)),
+        (
+            "expansion stage's own work (prompt, parse; in-process model)",
+            diff_ms(pieces.expand_stage, pieces.expand_model),
+        ),
+        ("rewrite stage's own work (slice, prompt, normalise)", diff_ms(pieces.rewrite_stage, pieces.rewrite_model)),
     ];
     println!("\n  split of (d) − (a) = {} ms (p50 difference), pieces timed alone, p50:", ms_signed(d_over));
-    let mut sum = 0.0;
-    for (i, (label, value)) in rows.iter().enumerate() {
-        if i != 2 {
-            sum += value;
-        }
-        println!("  {label:<62} {:>8}", ms_signed(*value));
+    // The embedding (row 2) is part of the extra retrieval.
+    let sum: f64 = rows.iter().enumerate().filter(|(i, _)| *i != 2).map(|(_, (_, value))| value).sum();
+    let totals = [("sum of the pieces", sum), ("rest (response size, stats, variance)", d_over - sum)];
+    let table = Table::new("<62 >8");
+    for (label, value) in rows.iter().chain(&totals) {
+        println!("{}", table.line(&[label, &ms_signed(*value)]));
     }
-    println!("  {:<62} {:>8}", "sum of the pieces", ms_signed(sum));
-    println!("  {:<62} {:>8}", "rest (response size, stats, variance)", ms_signed(d_over - sum));
     println!(
         "\n  model calls: (d·http) {} ms for the two HTTP round trips (p50 sum); (d·mem) {} + {} ms for the \
          in-process model; (d·http) − (d·mem) p50 = {} ms",
-        ms_signed(http),
+        ms_signed(millis(expand_http) + millis(rewrite_http)),
         ms(p50(&d_mem.expand_calls)),
         ms(p50(&d_mem.rewrite_calls)),
-        ms_signed(secs(p50(&d_http.times)) - secs(p50(&d_mem.times)))
+        ms_signed(diff_ms(p50(&d_http.times), p50(&d_mem.times)))
     );
     println!(
         "  (d·http) without its model calls: {} ms p50, (a) {} ms: Skald's overhead without the calls {} ms",
         ms(p50(&d_http.without_calls)),
         ms(p50(&a.times)),
-        ms_signed(secs(p50(&d_http.without_calls)) - secs(p50(&a.times)))
+        ms_signed(diff_ms(p50(&d_http.without_calls), p50(&a.times)))
     );
     println!(
         "  the server's own work per call, alone (parse, match, answer): expansion {} ms, rewrite {} ms; \
@@ -810,14 +705,13 @@ fn report_split(samples: &[Samples], pieces: &Pieces) {
 // ---------------------------------------------------------------------------
 
 async fn run(args: &Args) {
-    let embedder = embedder(args.hashed);
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let embedder = embedder(args.hashed, "--embedder hashed");
     println!(
         "embedder {}; rounds {} (warm-up {}); load average {}",
         embedder.id(),
         args.rounds,
         args.warmup,
-        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        load_average()
     );
 
     let server = ModelServer::start().await;
@@ -825,92 +719,44 @@ async fn run(args: &Args) {
     server.set_default(Reply::Echo);
     let base_url = server.base_url();
 
-    let dir = std::env::temp_dir().join(format!("skald-bench-llm-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let store: SharedStore = Arc::new(LocalStore::open(&dir).unwrap_or_else(|e| fail("local store", e)));
-    let took = ingest_demo(&store, embedder.as_ref()).await;
-    println!("ingest samplconfigs/demo into a LocalStore ({}): {} ms", dir.display(), ms(took));
+    let local = TempStore::open(&format!("skald-bench-llm-{}", std::process::id()));
+    let store = local.store();
+    let took = ingest_demo(store, embedder.as_ref()).await;
+    println!("ingest samplconfigs/demo into a LocalStore ({}): {} ms", local.dir().display(), ms(took));
 
-    let main = app(Arc::clone(&store), Arc::clone(&embedder), &base_url);
+    let main = app(Arc::clone(store), Arc::clone(&embedder), &base_url);
     write_session(&main).await;
     let http_times = Arc::new(CallTimes::default());
-    let http_model = Timed {
-        inner: Arc::new(OpenAiChat::new(&base_url, "stub", ApiKey::Env(NO_KEY.to_owned()))),
-        times: Arc::clone(&http_times),
-    };
-    let http_app = app_with_model(Arc::clone(&store), Arc::clone(&embedder), &base_url, Arc::new(http_model));
+    let http_model = Timed::http(&base_url, &http_times);
+    let http_app = app_with_model(Arc::clone(store), Arc::clone(&embedder), &base_url, Arc::new(http_model));
     let mem_times = Arc::new(CallTimes::default());
-    let mem_model = Timed { inner: Arc::new(InProcess { plan: plan_answer() }), times: Arc::clone(&mem_times) };
-    let mem_app = app_with_model(Arc::clone(&store), Arc::clone(&embedder), &base_url, Arc::new(mem_model));
+    let mem_model = Timed::in_process(&mem_times);
+    let mem_app = app_with_model(Arc::clone(store), Arc::clone(&embedder), &base_url, Arc::new(mem_model));
     println!("model server {base_url}; session {SESSION} ({} messages); query {QUERY:?}", MESSAGES.len());
 
-    let (used, off, ok) = (ExpansionStatus::Used, ExpansionStatus::Off, RewriteStatus::Ok);
-    let no = RewriteStatus::Off;
-    let variant = |label, what, app, body, expect, server_calls, times| Variant {
+    // label, what, app, stages (session, expansion, rewrite), model calls
+    // through the server per request, the app's timed model.
+    type Row<'a> = (&'static str, &'static str, &'a App, (bool, bool, bool), usize, Option<&'a CallTimes>);
+    let rows: [Row<'_>; 6] = [
+        ("(a)", "no session, no stages", &main, (false, false, false), 0, None),
+        ("(b)", "session, expansion", &main, (true, true, false), 1, None),
+        ("(c)", "session, rewrite", &main, (true, false, true), 1, None),
+        ("(d)", "session, expansion + rewrite", &main, (true, true, true), 2, None),
+        ("(d·http)", "(d), timed client", &http_app, (true, true, true), 2, Some(&http_times)),
+        ("(d·mem)", "(d), in-process model, no HTTP", &mem_app, (true, true, true), 0, Some(&mem_times)),
+    ];
+    let variants = rows.map(|(label, what, app, (session, expand, rewrite), server_calls, times)| Variant {
         label,
         what,
         app,
-        body,
-        expect,
+        body: body(session, expand, rewrite),
+        expect: Expect {
+            expansion: if expand { ExpansionStatus::Used } else { ExpansionStatus::Off },
+            rewrite: if rewrite { RewriteStatus::Ok } else { RewriteStatus::Off },
+        },
         server_calls,
         times,
-    };
-    let variants = [
-        variant(
-            "(a)",
-            "no session, no stages",
-            &main,
-            body(false, false, false),
-            Expect { expansion: off, rewrite: no },
-            0,
-            None,
-        ),
-        variant(
-            "(b)",
-            "session, expansion",
-            &main,
-            body(true, true, false),
-            Expect { expansion: used, rewrite: no },
-            1,
-            None,
-        ),
-        variant(
-            "(c)",
-            "session, rewrite",
-            &main,
-            body(true, false, true),
-            Expect { expansion: off, rewrite: ok },
-            1,
-            None,
-        ),
-        variant(
-            "(d)",
-            "session, expansion + rewrite",
-            &main,
-            body(true, true, true),
-            Expect { expansion: used, rewrite: ok },
-            2,
-            None,
-        ),
-        variant(
-            "(d·http)",
-            "(d), timed client",
-            &http_app,
-            body(true, true, true),
-            Expect { expansion: used, rewrite: ok },
-            2,
-            Some(http_times.as_ref()),
-        ),
-        variant(
-            "(d·mem)",
-            "(d), in-process model, no HTTP",
-            &mem_app,
-            body(true, true, true),
-            Expect { expansion: used, rewrite: ok },
-            0,
-            Some(mem_times.as_ref()),
-        ),
-    ];
+    });
     let mut samples: Vec<Samples> = variants.iter().map(|_| Samples::default()).collect();
     run_rounds(&variants, &server, args.warmup, &mut samples, false).await;
     run_rounds(&variants, &server, args.rounds, &mut samples, true).await;
@@ -925,15 +771,12 @@ async fn run(args: &Args) {
     report_split(&samples, &pieces);
 
     drop(variants);
-    drop((main, http_app, mem_app, store));
-    if let Err(e) = std::fs::remove_dir_all(&dir) {
-        eprintln!("bench_llm: cannot remove {}: {e}", dir.display());
-    }
+    drop((main, http_app, mem_app));
+    // Removes the local store's directory.
+    drop(local);
 }
 
 fn main() {
     let args = parse_args().unwrap_or_else(|e| fail("arguments", e));
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap_or_else(|e| fail("tokio runtime", e));
-    runtime.block_on(run(&args));
+    block_on(run(&args));
 }

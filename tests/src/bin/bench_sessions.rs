@@ -10,16 +10,15 @@
 //! ```
 //!
 //! Stores: `local` (a `LocalStore` in a temporary directory); `moto` (the S3
-//! client, `S3Store`, on a local moto server: `SKALD_TEST_S3_ENDPOINT`, else
-//! a `python3` child started here as `skald_tests::moto` does); `moto+count`
+//! client, `S3Store`, on a local moto server: `skald_tests::moto`,
+//! `SKALD_TEST_S3_ENDPOINT` or a `python3` child); `moto+count`
 //! (the same bucket through a loopback proxy that only logs each HTTP
 //! request, used in part 3 only: store calls are counted, e.g.
 //! compare-and-swap attempts); and `moto+L ms` (through the proxy, which
 //! waits `--latency-ms` before forwarding each request, so every store call
-//! pays one round trip; 0 skips it). The proxy is the one of
-//! `bench_context`, for the same reason: a counting or latency-injecting
-//! `impl Store` would have to name `bytes::Bytes`, which this crate does not
-//! depend on. So calls on the local store are timed, not counted.
+//! pays one round trip; 0 skips it). The proxy is `bench_context`'s, from
+//! `skald_tests::bench_util`, so calls on the local store are timed, not
+//! counted.
 //!
 //! 1. Ledger: the demo (`samplconfigs/demo`) is ingested (embedder USE-m3,
 //!    or `HashedEmbedder::new(256)` with `--hashed`); 20 queries of
@@ -52,40 +51,23 @@
 #![allow(clippy::print_stdout)]
 
 use std::collections::{BTreeMap, VecDeque};
-use std::io::Read as _;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lambda_http::Body;
 use serde_json::{Value, json};
 use skald::app::App;
-use skald::config::{Config, IdentityConfig, IdentityMode};
-use skald::embed::Embedder;
-use skald::embed::hashed::HashedEmbedder;
-use skald::embed::use_m3::UseM3Embedder;
-use skald::identity::{AccountId, Identity, UserId};
-use skald::ingest::{IngestOptions, ingest_dir};
+use skald::identity::Identity;
 use skald::ledger::{LEDGER_VERSION, Ledger, LedgerData, MAX_RECORDS, Served};
 use skald::sessions::{SessionId, SessionMeta, Sessions};
-use skald::store::local::LocalStore;
-use skald::store::s3::S3Store;
-use skald::store::s3::aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
-use skald::store::s3::aws_sdk_s3::{Client, Config as S3Config};
 use skald::store::{PutMode, SharedStore};
 use skald::uri::tree_key;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use skald_tests::bench_util::{
+    Call, CallLog, Flags, Summary, Table, TempStore, block_on, dev_app, diff_ms, embedder, event, fail, fmt_ms,
+    identity, ingest_demo, load_average, median, median_range, moto_demo, ms, paired_ms, parse_body, parse_number,
+    percentile, retrieval_queries, s3_at, search, sessions_call, start_proxy,
+};
+use skald_tests::fixture::SESSIONS_PATH;
 
-const ACCOUNT: &str = "default";
-const USER: &str = "default";
-const SEARCH_PATH: &str = "/api/v1/search/search";
-const SESSIONS_PATH: &str = "/api/v1/sessions";
-/// The key prefix inside the bench bucket.
-const S3_PREFIX: &str = "root";
 /// `dedup_turns` of the dedup variants (recall's default with a session).
 const DEDUP_TURNS: u64 = 5;
 /// `max_tokens` of every context request.
@@ -111,70 +93,29 @@ fn parse_args() -> Result<Args, String> {
         hashed: false,
         moto: true,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
+    let mut flags = Flags::from_env(
+        "usage: bench_sessions [--hashed] [--rounds R] [--appends N] [--slow-appends N] [--concurrent 32,128] \
+         [--latency-ms L] [--no-moto]",
+    );
+    while let Some(flag) = flags.next() {
         match flag.as_str() {
             "--hashed" => args.hashed = true,
             "--no-moto" => args.moto = false,
-            _ => {
-                let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-                let number =
-                    |text: &str| text.replace('_', "").parse::<u64>().map_err(|e| format!("{flag} {text}: {e}"));
-                match flag.as_str() {
-                    "--rounds" => args.rounds = number(&value)?.max(1) as usize,
-                    "--appends" => args.appends = number(&value)?.max(2) as usize,
-                    "--slow-appends" => args.slow_appends = number(&value)?.max(2) as usize,
-                    "--latency-ms" => args.latency = Duration::from_millis(number(&value)?),
-                    "--concurrent" => {
-                        args.concurrent =
-                            value.split(',').map(|n| number(n).map(|n| n.max(1) as usize)).collect::<Result<_, _>>()?;
-                    }
-                    other => {
-                        return Err(format!(
-                            "unknown argument {other}; usage: bench_sessions [--hashed] [--rounds R] [--appends N] \
-                             [--slow-appends N] [--concurrent 32,128] [--latency-ms L] [--no-moto]"
-                        ));
-                    }
-                }
+            "--rounds" => args.rounds = flags.at_least(&flag, 1)?,
+            "--appends" => args.appends = flags.at_least(&flag, 2)?,
+            "--slow-appends" => args.slow_appends = flags.at_least(&flag, 2)?,
+            "--latency-ms" => args.latency = flags.millis(&flag)?,
+            "--concurrent" => {
+                args.concurrent = flags
+                    .value(&flag)?
+                    .split(',')
+                    .map(|n| parse_number(&flag, n).map(|n| n.max(1) as usize))
+                    .collect::<Result<_, _>>()?;
             }
+            _ => return Err(flags.unknown(&flag)),
         }
     }
     Ok(args)
-}
-
-fn fail(what: &str, e: impl std::fmt::Display) -> ! {
-    eprintln!("bench_sessions: {what}: {e}");
-    std::process::exit(1)
-}
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// Nearest-rank percentile of sorted samples.
-fn percentile<T: Copy>(sorted: &[T], p: f64) -> T {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-fn sorted<T: Copy + PartialOrd>(values: impl IntoIterator<Item = T>) -> Vec<T> {
-    let mut v: Vec<T> = values.into_iter().collect();
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    v
-}
-
-fn ms(d: Duration) -> String {
-    fmt_ms(d.as_secs_f64() * 1e3)
-}
-
-fn fmt_ms(ms: f64) -> String {
-    if ms.abs() >= 100.0 {
-        format!("{ms:.0}")
-    } else if ms.abs() >= 10.0 {
-        format!("{ms:.1}")
-    } else {
-        format!("{ms:.2}")
-    }
 }
 
 /// `p50 / p95 / max` of durations, in ms.
@@ -182,16 +123,8 @@ fn spread(times: &[Duration]) -> String {
     if times.is_empty() {
         return "-".to_owned();
     }
-    let t = sorted(times.iter().copied());
-    format!("{} / {} / {}", ms(percentile(&t, 50.0)), ms(percentile(&t, 95.0)), ms(t[t.len() - 1]))
-}
-
-fn identity() -> Identity {
-    Identity {
-        account: AccountId::new(ACCOUNT).unwrap_or_else(|e| fail("account", e)),
-        user: UserId::new(USER).unwrap_or_else(|e| fail("user", e)),
-        actor_peer: None,
-    }
+    let s = Summary::of(times);
+    format!("{} / {} / {}", ms(s.p50), ms(s.p95), ms(s.max))
 }
 
 fn session_id(text: &str) -> SessionId {
@@ -203,62 +136,8 @@ fn fresh() -> String {
     format!("{:x}", skald::index::unique() & 0xff_ffff_ffff)
 }
 
-/// The first 10 `en` and the first 10 `zh` queries of the retrieval set
-/// (as `bench_context`).
-fn queries() -> Vec<String> {
-    let path = repo().join("samplconfigs/retrieval-queries.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| fail(&path.display().to_string(), e));
-    let list: Vec<Value> = serde_json::from_str(&text).unwrap_or_else(|e| fail("retrieval-queries.json", e));
-    let pick = |lang: &str| {
-        list.iter()
-            .filter(|q| q["lang"] == lang)
-            .filter_map(|q| q["query"].as_str().map(str::to_owned))
-            .take(10)
-            .collect::<Vec<_>>()
-    };
-    let mut out = pick("en");
-    out.extend(pick("zh"));
-    out
-}
-
 // ---------------------------------------------------------------------------
 // Requests.
-
-/// A Lambda event as the default dev-mode caller.
-fn event(method: &str, path: &str, body: Option<&Value>) -> lambda_http::Request {
-    lambda_http::http::Request::builder()
-        .method(method)
-        .uri(format!("https://api.example.com{path}"))
-        .header("content-type", "application/json")
-        .body(body.map_or(Body::Empty, |b| Body::Text(b.to_string())))
-        .unwrap_or_else(|e| fail("request", e))
-}
-
-fn parse_body(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| fail("response json", format!("{e}: {text}")))
-}
-
-/// `POST /api/v1/search/search`, timed around `skald::api::search::handle`
-/// only (the library request is built before the clock starts).
-async fn search(app: &App, body: &Value) -> (Duration, Value) {
-    let request = skald_lambda::to_library_request(event("POST", SEARCH_PATH, Some(body)));
-    let started = Instant::now();
-    let response = Box::pin(skald::api::search::handle(app, request)).await;
-    let time = started.elapsed();
-    if response.status() != 200 {
-        fail("search", format!("status {}: {}", response.status(), response.body()));
-    }
-    (time, parse_body(response.body()))
-}
-
-/// A sessions route, timed around `skald::api::sessions::handle`.
-async fn sessions_call(app: &App, method: &str, path: &str, body: Option<&Value>) -> (Duration, u16, Value) {
-    let request = skald_lambda::to_library_request(event(method, path, body));
-    let started = Instant::now();
-    let response = Box::pin(skald::api::sessions::handle(app, request)).await;
-    let time = started.elapsed();
-    (time, response.status().as_u16(), parse_body(response.body()))
-}
 
 /// Creates session `id` (untimed).
 async fn create_session(app: &App, id: &str) {
@@ -288,139 +167,7 @@ fn message(i: usize, id: &str) -> Value {
 }
 
 // ---------------------------------------------------------------------------
-// Stores and apps.
-
-fn app(store: SharedStore, embedder: Arc<dyn Embedder>) -> Arc<App> {
-    let config = Config {
-        identity: IdentityConfig { mode: IdentityMode::Dev, ..IdentityConfig::default() },
-        ..Config::default()
-    };
-    Arc::new(App::with_parts(config, store, embedder))
-}
-
-async fn ingest_demo(store: &SharedStore, embedder: &dyn Embedder) -> Duration {
-    let account = AccountId::new(ACCOUNT).unwrap_or_else(|e| fail("account", e));
-    let started = Instant::now();
-    let options = IngestOptions { abstract_max_bytes: 400, ..IngestOptions::default() };
-    ingest_dir(&repo().join("samplconfigs/demo"), store, &account, embedder, &options, &mut |_| {})
-        .await
-        .unwrap_or_else(|e| fail("ingest samplconfigs/demo", e));
-    started.elapsed()
-}
-
-fn embedder(hashed: bool) -> Arc<dyn Embedder> {
-    if hashed {
-        return Arc::new(HashedEmbedder::new(256));
-    }
-    let dir = std::env::var_os("SKALD_USE_M3_DIR")
-        .filter(|d| !d.is_empty())
-        .map_or_else(|| repo().join(".skald/models/use-m3"), PathBuf::from);
-    match UseM3Embedder::open(&dir) {
-        Ok(model) => Arc::new(model),
-        Err(e) => {
-            eprintln!("{e}\nrun scripts/setup-model.sh first (or set SKALD_USE_M3_DIR, or pass --hashed)");
-            std::process::exit(2)
-        }
-    }
-}
-
-/// Starts moto's server on the port in `argv[1]` and keeps it up until stdin
-/// reaches end of file (as `skald_tests::moto`).
-const MOTO_SCRIPT: &str = r#"
-import sys
-from moto.server import ThreadedMotoServer
-server = ThreadedMotoServer(ip_address="127.0.0.1", port=int(sys.argv[1]))
-server.start()
-sys.stdin.read()
-server.stop()
-"#;
-
-/// An S3 endpoint: `SKALD_TEST_S3_ENDPOINT`, or a moto child of this
-/// process (it exits when this process closes its stdin, i.e. exits).
-struct Moto {
-    endpoint: String,
-    _child: Option<Child>,
-}
-
-fn moto() -> Moto {
-    if let Ok(endpoint) = std::env::var(skald_tests::moto::ENDPOINT_VAR)
-        && !endpoint.is_empty()
-    {
-        return Moto { endpoint, _child: None };
-    }
-    let port = StdListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| fail("free port", e));
-    let log = std::env::temp_dir().join(format!("skald-bench-sessions-moto-{}.log", std::process::id()));
-    let log_file = std::fs::File::create(&log).unwrap_or_else(|e| fail("moto log", e));
-    let mut child = Command::new("python3")
-        .arg("-c")
-        .arg(MOTO_SCRIPT)
-        .arg(port.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(log_file)
-        .spawn()
-        .unwrap_or_else(|e| fail("python3 for moto", e));
-    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let started = Instant::now();
-    loop {
-        if StdStream::connect_timeout(&address, Duration::from_millis(200)).is_ok() {
-            let _ = std::fs::remove_file(&log);
-            return Moto { endpoint: format!("http://{address}"), _child: Some(child) };
-        }
-        if child.try_wait().ok().flatten().is_some() || started.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            let mut output = String::new();
-            let _ = std::fs::File::open(&log).and_then(|mut f| f.read_to_string(&mut output));
-            fail("moto did not start (pip install 'moto[server]', or set SKALD_TEST_S3_ENDPOINT)", output);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// A store on `bucket` at `endpoint` (configured as `skald_tests::moto`).
-fn s3_store(endpoint: &str, bucket: &str) -> S3Store {
-    let config = S3Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .credentials_provider(Credentials::new("test", "test", None, None, "static"))
-        .region(Region::from_static("us-east-1"))
-        .endpoint_url(endpoint)
-        .force_path_style(true)
-        .build();
-    S3Store::from_client(Client::from_conf(config), bucket, S3_PREFIX)
-}
-
-// ---------------------------------------------------------------------------
-// The logging / latency proxy (as `bench_context`).
-
-/// One HTTP request the proxy forwarded.
-#[derive(Debug, Clone)]
-struct Call {
-    method: String,
-    /// The request target without its query string, percent-decoded.
-    path: String,
-}
-
-/// What the proxy forwarded, in arrival order.
-#[derive(Debug, Default)]
-struct CallLog {
-    calls: Mutex<Vec<Call>>,
-    /// Requests with a chunked body: after one, the rest of that connection
-    /// is passed through unlogged and undelayed.
-    chunked: AtomicUsize,
-}
-
-impl CallLog {
-    fn take(&self) -> Vec<Call> {
-        std::mem::take(&mut *self.calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
-    }
-
-    fn push(&self, call: Call) {
-        self.calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(call);
-    }
-}
+// Store calls.
 
 /// Store calls by kind.
 #[derive(Debug, Clone, Copy, Default)]
@@ -473,136 +220,24 @@ impl Calls {
         }
         s
     }
-}
 
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
-            (b'%', Some(hi), Some(lo)) => {
-                out.push((hi * 16 + lo) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
+    /// The median of each kind over `calls`, [`Calls::short`]; `-` when
+    /// there are none (no proxy in the way).
+    fn median_of(calls: impl IntoIterator<Item = Self>) -> String {
+        let calls: Vec<Self> = calls.into_iter().collect();
+        if calls.is_empty() {
+            return "-".to_owned();
         }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Starts a loopback TCP proxy to `upstream` that waits `latency` (if any)
-/// before forwarding each HTTP/1.1 request (head and `content-length` body)
-/// and logs it. Responses flow back unchanged.
-async fn start_proxy(upstream: SocketAddr, latency: Duration, log: Arc<CallLog>) -> SocketAddr {
-    let listener =
-        tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap_or_else(|e| fail("proxy bind", e));
-    let address = listener.local_addr().unwrap_or_else(|e| fail("proxy address", e));
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let log = Arc::clone(&log);
-            tokio::spawn(async move {
-                let Ok(server) = tokio::net::TcpStream::connect(upstream).await else { return };
-                let _ = (client.set_nodelay(true), server.set_nodelay(true));
-                let (mut client_read, mut client_write) = client.into_split();
-                let (mut server_read, mut server_write) = server.into_split();
-                let back = tokio::spawn(async move { tokio::io::copy(&mut server_read, &mut client_write).await });
-                let _ = forward_requests(&mut client_read, &mut server_write, latency, &log).await;
-                let _ = server_write.shutdown().await;
-                let _ = back.await;
-            });
+        let med = |f: fn(&Self) -> usize| median(calls.iter().map(f));
+        Self {
+            get: med(|c| c.get),
+            put: med(|c| c.put),
+            head: med(|c| c.head),
+            list: med(|c| c.list),
+            delete: med(|c| c.delete),
+            ..Self::default()
         }
-    });
-    address
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// An HTTP/1.1 request head read off a connection.
-struct RequestHead {
-    method: String,
-    path: String,
-    /// Bytes of the head in the buffer.
-    len: usize,
-    /// `content-length` (0 when absent).
-    body_len: usize,
-    chunked: bool,
-}
-
-async fn read_head(
-    from: &mut OwnedReadHalf,
-    buf: &mut Vec<u8>,
-    chunk: &mut [u8],
-) -> std::io::Result<Option<RequestHead>> {
-    let len = loop {
-        if let Some(i) = find(buf, b"\r\n\r\n") {
-            break i + 4;
-        }
-        let n = from.read(chunk).await?;
-        if n == 0 {
-            return Ok(None);
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..len]).into_owned();
-    let mut lines = head.split("\r\n");
-    let mut request_line = lines.next().unwrap_or_default().split(' ');
-    let method = request_line.next().unwrap_or_default().to_owned();
-    let target = request_line.next().unwrap_or_default();
-    let path = percent_decode(target.split('?').next().unwrap_or_default());
-    let (mut body_len, mut chunked) = (0usize, false);
-    for line in lines {
-        if let Some((name, value)) = line.split_once(':') {
-            if name.eq_ignore_ascii_case("content-length") {
-                body_len = value.trim().parse().unwrap_or(0);
-            } else if name.eq_ignore_ascii_case("transfer-encoding") {
-                chunked = value.to_ascii_lowercase().contains("chunked");
-            }
-        }
-    }
-    Ok(Some(RequestHead { method, path, len, body_len, chunked }))
-}
-
-async fn forward_requests(
-    from: &mut OwnedReadHalf,
-    to: &mut OwnedWriteHalf,
-    latency: Duration,
-    log: &CallLog,
-) -> std::io::Result<()> {
-    let mut buf: Vec<u8> = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
-    loop {
-        let Some(head) = read_head(from, &mut buf, &mut chunk).await? else {
-            return to.write_all(&buf).await;
-        };
-        log.push(Call { method: head.method, path: head.path });
-        if !latency.is_zero() {
-            tokio::time::sleep(latency).await;
-        }
-        if head.chunked {
-            log.chunked.fetch_add(1, Ordering::Relaxed);
-            to.write_all(&buf).await?;
-            tokio::io::copy(from, to).await?;
-            return Ok(());
-        }
-        let take = (head.len + head.body_len).min(buf.len());
-        to.write_all(&buf[..take]).await?;
-        let mut left = head.len + head.body_len - take;
-        buf.drain(..take);
-        while left > 0 {
-            let n = from.read(&mut chunk[..left.min(64 * 1024)]).await?;
-            if n == 0 {
-                return Ok(());
-            }
-            to.write_all(&chunk[..n]).await?;
-            left -= n;
-        }
+        .short()
     }
 }
 
@@ -632,6 +267,14 @@ impl Target {
         if let Some(log) = &self.log {
             log.take();
         }
+    }
+
+    /// A context request to this target's app, with the store calls the
+    /// proxy saw (when it is in the way).
+    async fn search(&self, body: &Value) -> (Duration, Value, Option<Calls>) {
+        self.clear_log();
+        let (time, json) = search(&self.app, body).await;
+        (time, json, self.take_calls())
     }
 }
 
@@ -736,6 +379,11 @@ fn context_body(query: &str) -> Value {
     json!({ "mode": "context", "max_tokens": MAX_TOKENS, "query": query })
 }
 
+/// [`context_body`] on session `id` with `dedup_turns` [`DEDUP_TURNS`].
+fn dedup_body(query: &str, id: &str) -> Value {
+    json!({ "mode": "context", "max_tokens": MAX_TOKENS, "query": query, "session_id": id, "dedup_turns": DEDUP_TURNS })
+}
+
 /// `(uri, detail)` of every entry, in order.
 fn served(json: &Value) -> Vec<(String, String)> {
     json["result"]["entries"]
@@ -793,14 +441,14 @@ async fn measure_ledger(target: &Target, queries: &[String], args: &Args) -> Led
             for k in 0..VARIANTS.len() {
                 let variant = VARIANTS[(round + qi + k) % VARIANTS.len()];
                 let turn = 1000 + (round * queries.len() + qi) as u64 * 10;
-                let mut body = context_body(q);
-                match variant {
-                    Variant::Off => {}
-                    Variant::SessionOnly => body["session_id"] = json!(format!("bs-{}-{qi}", target.tag)),
-                    Variant::New => {
-                        body["session_id"] = json!(format!("bn-{}-{qi}-{}", target.tag, fresh()));
-                        body["dedup_turns"] = json!(DEDUP_TURNS);
+                let body = match variant {
+                    Variant::Off => context_body(q),
+                    Variant::SessionOnly => {
+                        let mut body = context_body(q);
+                        body["session_id"] = json!(format!("bs-{}-{qi}", target.tag));
+                        body
                     }
+                    Variant::New => dedup_body(q, &format!("bn-{}-{qi}-{}", target.tag, fresh())),
                     Variant::Ledger10 | Variant::LedgerFull => {
                         let (name, total) = if variant == Variant::Ledger10 {
                             ("bl10", reference[qi].len())
@@ -810,13 +458,10 @@ async fn measure_ledger(target: &Target, queries: &[String], args: &Args) -> Led
                         let id = session_id(&format!("{name}-{}-{qi}", target.tag));
                         let ledger = ledger_bytes(&reference[qi], total, turn - DEDUP_TURNS);
                         prepare(&target.plain, &identity, &id, turn, &ledger).await;
-                        body["session_id"] = json!(id.as_str());
-                        body["dedup_turns"] = json!(DEDUP_TURNS);
+                        dedup_body(q, id.as_str())
                     }
-                }
-                target.clear_log();
-                let (time, json) = search(app, &body).await;
-                let calls = target.take_calls();
+                };
+                let (time, json, calls) = target.search(&body).await;
                 let (status, cooled) = dedup_stats(&json);
                 let got = served(&json);
                 if status != variant.expected_status() || cooled != 0 || got != reference[qi] {
@@ -875,12 +520,7 @@ async fn measure_ledger(target: &Target, queries: &[String], args: &Args) -> Led
         let id = session_id(&format!("bc-{}-{round}-{}", target.tag, fresh()));
         for (qi, q) in queries.iter().enumerate() {
             write_meta(&target.plain, &identity, &id, qi as u64 + 1).await;
-            let mut body = context_body(q);
-            body["session_id"] = json!(id.as_str());
-            body["dedup_turns"] = json!(DEDUP_TURNS);
-            target.clear_log();
-            let (time, json) = search(app, &body).await;
-            let calls = target.take_calls();
+            let (time, json, calls) = target.search(&dedup_body(q, id.as_str())).await;
             let (status, cooled) = dedup_stats(&json);
             let want = if qi == 0 { "new" } else { "ok" };
             if status != want {
@@ -902,48 +542,40 @@ fn report_ledger(r: &LedgerResult, rounds: usize, queries: usize) {
          variant, interleaved",
         r.label
     );
+    let table = Table::new("<17 >22 | >8 >17 | >14 >7 >8");
     println!(
-        "  {:<17} {:>22} | {:>8} {:>17} | {:>14} {:>7} {:>8}",
-        "variant", "p50 / p95 / max ms", "Δp50", "paired Δ p50/p95", "calls (median)", "cooled", "returned"
+        "{}",
+        table.header(&[
+            "variant",
+            "p50 / p95 / max ms",
+            "Δp50",
+            "paired Δ p50/p95",
+            "calls (median)",
+            "cooled",
+            "returned"
+        ])
     );
     let off: Vec<Duration> = r.samples[0].iter().map(|s| s.time).collect();
-    let off_p50 = percentile(&sorted(off.iter().copied()), 50.0);
     for (variant, samples) in VARIANTS.iter().zip(&r.samples) {
         let times: Vec<Duration> = samples.iter().map(|s| s.time).collect();
-        let p50 = percentile(&sorted(times.iter().copied()), 50.0);
-        let diffs = sorted(times.iter().zip(&off).map(|(t, o)| (t.as_secs_f64() - o.as_secs_f64()) * 1e3));
-        let calls: Vec<Calls> = samples.iter().filter_map(|s| s.calls).collect();
-        let calls = if calls.is_empty() {
-            "-".to_owned()
+        let (delta, paired) = if *variant == Variant::Off {
+            ("-".to_owned(), "-".to_owned())
         } else {
-            let med = |f: fn(&Calls) -> usize| percentile(&sorted(calls.iter().map(f)), 50.0);
-            Calls {
-                get: med(|c| c.get),
-                put: med(|c| c.put),
-                head: med(|c| c.head),
-                list: med(|c| c.list),
-                delete: med(|c| c.delete),
-                ..Calls::default()
-            }
-            .short()
+            let diffs = paired_ms(&times, &off);
+            let delta = diff_ms(median(times.iter().copied()), median(off.iter().copied()));
+            (fmt_ms(delta), format!("{} / {}", fmt_ms(percentile(&diffs, 50.0)), fmt_ms(percentile(&diffs, 95.0))))
         };
         println!(
-            "  {:<17} {:>22} | {:>8} {:>17} | {:>14} {:>7} {:>8}",
-            variant.label(),
-            spread(&times),
-            if *variant == Variant::Off {
-                "-".to_owned()
-            } else {
-                fmt_ms((p50.as_secs_f64() - off_p50.as_secs_f64()) * 1e3)
-            },
-            if *variant == Variant::Off {
-                "-".to_owned()
-            } else {
-                format!("{} / {}", fmt_ms(percentile(&diffs, 50.0)), fmt_ms(percentile(&diffs, 95.0)))
-            },
-            calls,
-            percentile(&sorted(samples.iter().map(|s| s.cooled)), 50.0),
-            percentile(&sorted(samples.iter().map(|s| s.returned)), 50.0),
+            "{}",
+            table.line(&[
+                &variant.label(),
+                &spread(&times),
+                &delta,
+                &paired,
+                &Calls::median_of(samples.iter().filter_map(|s| s.calls)),
+                &median(samples.iter().map(|s| s.cooled)),
+                &median(samples.iter().map(|s| s.returned)),
+            ])
         );
     }
     println!(
@@ -963,23 +595,15 @@ fn report_ledger(r: &LedgerResult, rounds: usize, queries: usize) {
         );
     }
     let times: Vec<Duration> = r.conversation.iter().map(|s| s.time).collect();
-    let cooled = sorted(r.conversation.iter().map(|s| s.cooled));
-    let returned = sorted(r.conversation.iter().map(|s| s.returned));
-    let records = sorted(r.conversation_ledger.iter().map(|c| c.0));
-    let bytes = sorted(r.conversation_ledger.iter().map(|c| c.1));
     println!(
-        "  20-turn conversations with dedup 5 (turn +1 per request, {} conversations): {} ms; cooled median {} \
-         [{}–{}], returned median {} [{}–{}]; ledger at the end {} records, {} B (median)",
+        "  20-turn conversations with dedup 5 (turn +1 per request, {} conversations): {} ms; cooled median {}, \
+         returned median {}; ledger at the end {} records, {} B (median)",
         r.conversation_ledger.len(),
         spread(&times),
-        percentile(&cooled, 50.0),
-        cooled[0],
-        cooled[cooled.len() - 1],
-        percentile(&returned, 50.0),
-        returned[0],
-        returned[returned.len() - 1],
-        percentile(&records, 50.0),
-        percentile(&bytes, 50.0)
+        median_range(r.conversation.iter().map(|s| s.cooled)),
+        median_range(r.conversation.iter().map(|s| s.returned)),
+        median(r.conversation_ledger.iter().map(|c| c.0)),
+        median(r.conversation_ledger.iter().map(|c| c.1))
     );
     if r.problems.is_empty() {
         println!("  checks: every response had the expected dedup status, nothing cooled, the same entries as off");
@@ -992,8 +616,8 @@ fn report_ledger(r: &LedgerResult, rounds: usize, queries: usize) {
 }
 
 fn p50_p95(times: &[Duration]) -> String {
-    let t = sorted(times.iter().copied());
-    format!("{} / {}", ms(percentile(&t, 50.0)), ms(percentile(&t, 95.0)))
+    let s = Summary::of(times);
+    format!("{} / {}", ms(s.p50), ms(s.p95))
 }
 
 // ---------------------------------------------------------------------------
@@ -1100,28 +724,33 @@ async fn measure_concurrent(target: &Target, n: usize) -> ConcurrentResult {
 
 fn report_appends(results: &[AppendResult]) {
     println!("\n== message append: POST {SESSIONS_PATH}/{{id}}/messages, one after another on one session");
+    let table = Table::new("<12 >7 >22 >22 >16 >10 >6");
     println!(
-        "  {:<12} {:>7} {:>22} {:>22} {:>16} {:>10} {:>6}",
-        "store", "appends", "first 100 p50/p95/max", "last 100 p50/p95/max", "calls (median)", "meta.json", "check"
+        "{}",
+        table.header(&[
+            "store",
+            "appends",
+            "first 100 p50/p95/max",
+            "last 100 p50/p95/max",
+            "calls (median)",
+            "meta.json",
+            "check"
+        ])
     );
     for r in results {
-        let first: Vec<Duration> = r.times.iter().take(100).copied().collect();
-        let last: Vec<Duration> = r.times.iter().skip(r.times.len().saturating_sub(100)).copied().collect();
-        let calls = if r.calls.is_empty() {
-            "-".to_owned()
-        } else {
-            let med = |f: fn(&Calls) -> usize| percentile(&sorted(r.calls.iter().map(f)), 50.0);
-            Calls { get: med(|c| c.get), put: med(|c| c.put), head: med(|c| c.head), ..Calls::default() }.short()
-        };
+        let first = &r.times[..r.times.len().min(100)];
+        let last = &r.times[r.times.len().saturating_sub(100)..];
         println!(
-            "  {:<12} {:>7} {:>22} {:>22} {:>16} {:>8} B {:>6}",
-            r.label,
-            r.times.len(),
-            spread(&first),
-            if r.times.len() > 100 { spread(&last) } else { "-".to_owned() },
-            calls,
-            r.meta_bytes,
-            if r.ok { "ok" } else { "WRONG" }
+            "{}",
+            table.line(&[
+                &r.label,
+                &r.times.len(),
+                &spread(first),
+                &if r.times.len() > 100 { spread(last) } else { "-".to_owned() },
+                &Calls::median_of(r.calls.iter().copied()),
+                &format!("{} B", r.meta_bytes),
+                &if r.ok { "ok" } else { "WRONG" },
+            ])
         );
     }
     println!("  (check: total_message_count = appends and user_turn_count = user messages, from GET the session)");
@@ -1129,19 +758,22 @@ fn report_appends(results: &[AppendResult]) {
 
 fn report_concurrent(results: &[ConcurrentResult]) {
     println!("\n== concurrent appends on ONE session (tokio tasks started at once)");
+    let table = Table::new("<12 >4 >9 >9 >22 >9 >7 >9 >11 >9 >9");
     println!(
-        "  {:<12} {:>4} {:>9} {:>9} {:>22} {:>9} {:>7} {:>9} {:>11} {:>9} {:>9}",
-        "store",
-        "n",
-        "total ms",
-        "appends/s",
-        "per append p50/p95/max",
-        "ok/failed",
-        "count",
-        "objects",
-        "CAS tries",
-        "CAS lost",
-        "seq lost"
+        "{}",
+        table.header(&[
+            "store",
+            "n",
+            "total ms",
+            "appends/s",
+            "per append p50/p95/max",
+            "ok/failed",
+            "count",
+            "objects",
+            "CAS tries",
+            "CAS lost",
+            "seq lost"
+        ])
     );
     for r in results {
         let (tries, lost, seq) = match r.calls {
@@ -1154,18 +786,20 @@ fn report_concurrent(results: &[ConcurrentResult]) {
         };
         let count_ok = r.count == r.added as u64 && r.remembered == r.added;
         println!(
-            "  {:<12} {:>4} {:>9} {:>9.0} {:>22} {:>9} {:>7} {:>9} {:>11} {:>9} {:>9}",
-            r.label,
-            r.n,
-            ms(r.total),
-            r.added as f64 / r.total.as_secs_f64(),
-            spread(&r.times),
-            format!("{}/{}", r.added, r.failed.len()),
-            format!("{}{}", r.count, if count_ok { "" } else { "!" }),
-            r.objects,
-            tries,
-            lost,
-            seq
+            "{}",
+            table.line(&[
+                &r.label,
+                &r.n,
+                &ms(r.total),
+                &format!("{:.0}", r.added as f64 / r.total.as_secs_f64()),
+                &spread(&r.times),
+                &format!("{}/{}", r.added, r.failed.len()),
+                &format!("{}{}", r.count, if count_ok { "" } else { "!" }),
+                &r.objects,
+                &tries,
+                &lost,
+                &seq,
+            ])
         );
         if !r.failed.is_empty() {
             let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
@@ -1201,51 +835,38 @@ fn report_concurrent(results: &[ConcurrentResult]) {
 }
 
 async fn run(args: &Args) {
-    let embedder = embedder(args.hashed);
-    let queries = queries();
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let embedder = embedder(args.hashed, "--hashed");
+    let queries = retrieval_queries();
     println!(
         "embedder {}; {} queries; {} rounds; latency {} ms; load average {}",
         embedder.id(),
         queries.len(),
         args.rounds,
         args.latency.as_millis(),
-        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        load_average()
     );
 
-    let dir = std::env::temp_dir().join(format!("skald-bench-sessions-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let local: SharedStore = Arc::new(LocalStore::open(&dir).unwrap_or_else(|e| fail("local store", e)));
-    let took = ingest_demo(&local, embedder.as_ref()).await;
+    let local = TempStore::open(&format!("skald-bench-sessions-{}", std::process::id()));
+    let took = ingest_demo(local.store(), embedder.as_ref()).await;
     println!("ingest samplconfigs/demo into a LocalStore: {} ms", ms(took));
     let mut targets = vec![Target {
         label: "local".to_owned(),
         tag: "local",
-        app: app(Arc::clone(&local), Arc::clone(&embedder)),
-        plain: Arc::clone(&local),
+        app: Arc::new(dev_app(Arc::clone(local.store()), Arc::clone(&embedder))),
+        plain: Arc::clone(local.store()),
         log: None,
         latency: Duration::ZERO,
     }];
 
-    let moto = args.moto.then(moto);
-    if let Some(moto) = &moto {
+    if args.moto {
         let bucket = format!("bench-sessions-{}", std::process::id());
-        let direct_s3 = s3_store(&moto.endpoint, &bucket);
-        direct_s3.ensure_bucket().await.unwrap_or_else(|e| fail("bucket", e));
-        let direct: SharedStore = Arc::new(direct_s3);
-        let took = ingest_demo(&direct, embedder.as_ref()).await;
-        println!("ingest samplconfigs/demo into S3 on moto ({}): {} ms", moto.endpoint, ms(took));
-        let upstream: SocketAddr = moto
-            .endpoint
-            .trim_start_matches("http://")
-            .trim_end_matches('/')
-            .parse()
-            .unwrap_or_else(|e| fail("moto endpoint (want http://ip:port)", e));
+        let moto = moto_demo(&bucket, embedder.as_ref()).await;
+        println!("ingest samplconfigs/demo into S3 on moto ({}): {} ms", moto.endpoint, ms(moto.ingest));
         targets.push(Target {
             label: "moto".to_owned(),
             tag: "moto",
-            app: app(Arc::clone(&direct), Arc::clone(&embedder)),
-            plain: Arc::clone(&direct),
+            app: Arc::new(dev_app(Arc::clone(&moto.store), Arc::clone(&embedder))),
+            plain: Arc::clone(&moto.store),
             log: None,
             latency: Duration::ZERO,
         });
@@ -1254,8 +875,7 @@ async fn run(args: &Args) {
                 continue;
             }
             let log = Arc::new(CallLog::default());
-            let proxy = start_proxy(upstream, latency, Arc::clone(&log)).await;
-            let store: SharedStore = Arc::new(s3_store(&format!("http://{proxy}"), &bucket));
+            let proxy = start_proxy(moto.address, latency, Arc::clone(&log)).await;
             let (label, tag) = if latency.is_zero() {
                 ("moto+count".to_owned(), "motocount")
             } else {
@@ -1264,8 +884,8 @@ async fn run(args: &Args) {
             targets.push(Target {
                 label,
                 tag,
-                app: app(store, Arc::clone(&embedder)),
-                plain: Arc::clone(&direct),
+                app: Arc::new(dev_app(s3_at(proxy, &bucket), Arc::clone(&embedder))),
+                plain: Arc::clone(&moto.store),
                 log: Some(log),
                 latency,
             });
@@ -1287,49 +907,41 @@ async fn run(args: &Args) {
             concurrent.push(measure_concurrent(target, n).await);
         }
         if let Some(log) = &target.log
-            && log.chunked.load(Ordering::Relaxed) > 0
+            && log.chunked() > 0
         {
-            println!(
-                "  ! {} chunked requests passed the proxy (calls after them were not counted)",
-                log.chunked.load(Ordering::Relaxed)
-            );
+            println!("  ! {} chunked requests passed the proxy (calls after them were not counted)", log.chunked());
         }
     }
     report_appends(&appends);
     report_concurrent(&concurrent);
 
     println!("\n== summary: what the ledger adds to a context call (dedup_turns 5 vs no session), ms");
-    println!(
-        "  {:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "store", "off p50", "L10 p50", "Δp50", "paired Δ", "off p95", "L10 p95"
-    );
+    let table = Table::new("<12 >9 >9 >9 >9 >9 >9");
+    println!("{}", table.header(&["store", "off p50", "L10 p50", "Δp50", "paired Δ", "off p95", "L10 p95"]));
     for r in &ledgers {
-        let p = |v: usize, q: f64| percentile(&sorted(r.samples[v].iter().map(|s| s.time)), q);
-        let diffs = sorted(
-            r.samples[3].iter().zip(&r.samples[0]).map(|(a, b)| (a.time.as_secs_f64() - b.time.as_secs_f64()) * 1e3),
-        );
+        let times = |v: usize| r.samples[v].iter().map(|s| s.time).collect::<Vec<_>>();
+        let (off, l10) = (times(0), times(3));
+        let (o, l) = (Summary::of(&off), Summary::of(&l10));
         println!(
-            "  {:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            r.label,
-            ms(p(0, 50.0)),
-            ms(p(3, 50.0)),
-            fmt_ms((p(3, 50.0).as_secs_f64() - p(0, 50.0).as_secs_f64()) * 1e3),
-            fmt_ms(percentile(&diffs, 50.0)),
-            ms(p(0, 95.0)),
-            ms(p(3, 95.0))
+            "{}",
+            table.line(&[
+                &r.label,
+                &ms(o.p50),
+                &ms(l.p50),
+                &fmt_ms(diff_ms(l.p50, o.p50)),
+                &fmt_ms(percentile(&paired_ms(&l10, &off), 50.0)),
+                &ms(o.p95),
+                &ms(l.p95),
+            ])
         );
     }
 
     drop(targets);
+    // Removes the local store's directory.
     drop(local);
-    if let Err(e) = std::fs::remove_dir_all(&dir) {
-        eprintln!("bench_sessions: cannot remove {}: {e}", dir.display());
-    }
 }
 
 fn main() {
     let args = parse_args().unwrap_or_else(|e| fail("arguments", e));
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap_or_else(|e| fail("tokio runtime", e));
-    runtime.block_on(run(&args));
+    block_on(run(&args));
 }

@@ -12,10 +12,10 @@
 
 #![allow(clippy::print_stdout)]
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use skald::embed::use_m3::{MODEL_FILE, UseM3Embedder};
+use skald_tests::bench_util::{proc_status, use_m3_dir};
 
 const SHORT: &str = "How do I reset my password on the staging cluster?";
 const LONG: &str = "Skald assembles context for agents from their memories, resources and skills. A request names \
@@ -25,12 +25,6 @@ against the query vector, and the best ones are returned with their abstracts. T
 immutable segments plus a manifest, so a reader always sees a consistent set of segments, even while the indexer \
 is writing new ones after an upload. 索引器写入不可变的分段和一个清单，每个写入者都通过比较并交换来更新它，因此并发写入不会丢失任何内容。\
 Sessions are never indexed, and a request sees one account only.";
-
-fn model_dir() -> PathBuf {
-    std::env::var_os("SKALD_USE_M3_DIR")
-        .filter(|d| !d.is_empty())
-        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.skald/models/use-m3"), PathBuf::from)
-}
 
 fn open(dir: &std::path::Path) -> UseM3Embedder {
     UseM3Embedder::open(dir).unwrap_or_else(|e| {
@@ -57,10 +51,7 @@ fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> (f64, f64) {
 }
 
 fn status(key: &str) -> String {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with(key)).map(|l| l[key.len()..].trim().to_owned()))
-        .unwrap_or_else(|| "?".to_owned())
+    proc_status(key).unwrap_or_else(|| "?".to_owned())
 }
 
 fn hundred_texts() -> Vec<String> {
@@ -75,7 +66,7 @@ fn hundred_texts() -> Vec<String> {
 }
 
 fn main() {
-    let dir = model_dir();
+    let dir = use_m3_dir();
     if std::env::args().nth(1).as_deref() == Some("rss") {
         let start = Instant::now();
         let model = open(&dir);
