@@ -64,12 +64,18 @@ impl SessionId {
         }
     }
 
-    /// A fresh random-enough id (`s-` + 24 hex digits).
+    /// A fresh id: `s-` + 24 hex digits of a SHA-256 over the time, the
+    /// process id and a process-wide counter (unique per process, spread
+    /// over all 96 bits).
     #[must_use]
     pub fn generate() -> Self {
+        use sha2::Digest as _;
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let mixed = nanos ^ (u128::from(std::process::id()) << 64) ^ u128::from(crate::index::unique());
-        Self(format!("s-{:024x}", mixed & ((1u128 << 96) - 1)))
+        let mut hasher = sha2::Sha256::new();
+        hasher.update(nanos.to_le_bytes());
+        hasher.update(std::process::id().to_le_bytes());
+        hasher.update(crate::index::unique().to_le_bytes());
+        Self(format!("s-{}", hex::encode(&hasher.finalize()[..12])))
     }
 
     /// The id as text.
@@ -386,7 +392,12 @@ mod tests {
         }
         let generated = SessionId::generate();
         assert!(SessionId::new(generated.as_str()).is_ok());
+        assert_eq!(generated.as_str().len(), 2 + 24, "{generated:?}");
         assert_ne!(generated, SessionId::generate());
+        // Spread over all digits: the leading digit of 64 ids takes many values.
+        let leading: std::collections::BTreeSet<u8> =
+            (0..64).map(|_| SessionId::generate().as_str().as_bytes()[2]).collect();
+        assert!(leading.len() > 4, "{leading:?}");
     }
 
     #[test]

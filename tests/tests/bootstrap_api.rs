@@ -21,8 +21,8 @@ use skald::embed::{EmbedError, Embedder};
 use skald::store::{PutMode, SharedStore};
 use skald::tokens::estimate_tokens;
 use skald_tests::fixture::{
-    BOOTSTRAP_PATH, EMBED_DIMENSION, Handler, Reply, TempDir, app_with_corpus_in, bootstrap, call, local_store,
-    search_reply, session_key,
+    BOOTSTRAP_PATH, EMBED_DIMENSION, Handler, Reply, TempDir, app_with_corpus_in, bootstrap, call, call_handler,
+    local_store, request_to, search_reply, session_key,
 };
 
 const DAY: i64 = 86_400;
@@ -563,8 +563,18 @@ async fn bootstrap_refuses_every_field_but_its_own() {
     assert_eq!(reply.json["telemetry"]["summary"]["operation"], "search.bootstrap", "{}", reply.text);
     let reply = call(&f.app, Handler::Bootstrap, "GET", BOOTSTRAP_PATH, &[], None).await;
     assert_eq!(reply.status, 405, "{}", reply.text);
+    // Not an object, and not JSON: 400s shaped as on every other route.
     let reply = call(&f.app, Handler::Bootstrap, "POST", BOOTSTRAP_PATH, &[], Some(&json!([1]))).await;
     assert_eq!(reply.status, 400, "{}", reply.text);
+    assert_eq!(
+        reply.json["error"]["details"]["validation_errors"][0]["type"], "model_attributes_type",
+        "{}",
+        reply.text
+    );
+    let event = request_to(BOOTSTRAP_PATH, "POST", &[], lambda_http::Body::Text("{not json".into()));
+    let reply = call_handler(&f.app, Handler::Bootstrap, event).await;
+    assert_eq!(reply.status, 400, "{}", reply.text);
+    assert_eq!(reply.json["error"]["details"]["validation_errors"][0]["type"], "json_invalid", "{}", reply.text);
 }
 
 #[tokio::test]

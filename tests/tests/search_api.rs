@@ -818,6 +818,12 @@ async fn purpose_presets_set_the_quotas_and_limit_is_ignored_with_them() {
     let ignored: BTreeSet<&str> =
         result["stats"]["ignored"].as_array().expect("ignored").iter().filter_map(Value::as_str).collect();
     assert_eq!(ignored, ["level", "limit"].into(), "{}", result["stats"]);
+    // find's type and decay fields are accepted and ignored (and reported):
+    // context mode ranks every type and decays nothing.
+    let result =
+        context(&app, &ctx_body(&json!({"context_type": "skill", "events_time_decay_protection": "7d"}))).await;
+    assert_eq!(result["stats"]["ignored"], json!(["context_type", "events_time_decay_protection"]));
+    assert!(categories_of(&result).keys().any(|c| c != "skills"), "not narrowed to skills: {:?}", uris(&result));
     // Explicit quotas win over the preset's, the purpose is still reported.
     let result = context(&app, &ctx_body(&json!({"purpose": "chat", "quotas": {"events": 1}}))).await;
     assert_eq!(result["stats"]["quotas"], json!({"events": 1}));

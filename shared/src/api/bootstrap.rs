@@ -23,20 +23,12 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
 }
 
 async fn run(app: &App, admitted: &Admitted<'_>) -> Result<(Value, bool), ApiError> {
-    let mut body: Value = if admitted.body.iter().all(u8::is_ascii_whitespace) {
-        Value::Object(serde_json::Map::new())
-    } else {
-        serde_json::from_slice(admitted.body)
-            .map_err(|e| ApiError::InvalidArgument(format!("body is not JSON: {e}")))?
-    };
-    let Some(map) = body.as_object_mut() else {
-        return Err(ApiError::InvalidArgument("body must be a JSON object".into()));
-    };
+    let mut map = super::fields::json_object(admitted.body)?;
     if map.contains_key("mode") {
         return Err(ApiError::field("mode", "extra_forbidden", "Extra inputs are not permitted"));
     }
     map.insert("mode".into(), Value::String("bootstrap".into()));
-    let bytes = serde_json::to_vec(&body).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let bytes = serde_json::to_vec(&map).map_err(|e| ApiError::Internal(e.to_string()))?;
     let request = parse(&bytes, admitted.now)?;
     let result = bootstrap(app, &admitted.identity, &request, admitted.now).await?;
     Ok((result, request.common.telemetry))

@@ -7,6 +7,34 @@ use serde_json::{Map, Value};
 
 use super::error::{ApiError, FieldError};
 
+/// A request body as a JSON object (an empty body is `{}`).
+///
+/// # Errors
+/// 400 with a `json_invalid` validation error for text that is not JSON,
+/// `model_attributes_type` for JSON that is not an object, as the
+/// reference reports them.
+pub fn json_object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    let value: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
+        Value::Object(Map::new())
+    } else {
+        serde_json::from_slice(bytes).map_err(|e| {
+            ApiError::Validation(vec![FieldError {
+                loc: vec!["body".into(), e.column().into()],
+                message: format!("JSON decode error: {e}"),
+                kind: "json_invalid".into(),
+            }])
+        })?
+    };
+    let Value::Object(map) = value else {
+        return Err(ApiError::Validation(vec![FieldError {
+            loc: vec!["body".into()],
+            message: "Input should be a valid dictionary or object to extract fields from".into(),
+            kind: "model_attributes_type".into(),
+        }]));
+    };
+    Ok(map)
+}
+
 /// A request body being validated.
 #[derive(Debug)]
 pub struct Body {
@@ -21,24 +49,7 @@ impl Body {
     /// # Errors
     /// 400 when the body is not JSON or not an object.
     pub fn parse(bytes: &[u8], known: &[&str]) -> Result<Self, ApiError> {
-        let value: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
-            Value::Object(Map::new())
-        } else {
-            serde_json::from_slice(bytes).map_err(|e| {
-                ApiError::Validation(vec![FieldError {
-                    loc: vec!["body".into(), e.column().into()],
-                    message: format!("JSON decode error: {e}"),
-                    kind: "json_invalid".into(),
-                }])
-            })?
-        };
-        let Value::Object(map) = value else {
-            return Err(ApiError::Validation(vec![FieldError {
-                loc: vec!["body".into()],
-                message: "Input should be a valid dictionary or object to extract fields from".into(),
-                kind: "model_attributes_type".into(),
-            }]));
-        };
+        let map = json_object(bytes)?;
         let errors = map
             .keys()
             .filter(|k| !known.contains(&k.as_str()))

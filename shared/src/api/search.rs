@@ -235,8 +235,10 @@ fn parse_context(body: &mut Body, request: &mut SearchRequest) {
     if let Some(n) = body.int("rewrite_max_bullets", Some(1), Some(20)) {
         request.rewrite_max_bullets = usize::try_from(n).unwrap_or(6);
     }
-    if body.sent("level") {
-        request.ignored.push("level");
+    for field in ["level", "context_type", "events_time_decay_protection"] {
+        if body.sent(field) {
+            request.ignored.push(field);
+        }
     }
     if p.quotas.is_some() && request.common.limit_sent {
         request.ignored.push("limit");
