@@ -149,12 +149,14 @@ impl ChatModel for Unbuilt {
 }
 
 /// The process's models: the main one (`llm`) and the query planner
-/// (`query_planner`, falling back to the main one), each built on first
-/// use. Both stages use the planner.
+/// (`query_planner`, falling back to the main one). Both stages use the
+/// planner; its client is built on first use.
 #[derive(Debug, Default)]
 pub struct Models {
-    main: Option<ModelConfig>,
-    planner: Option<ModelConfig>,
+    /// The planner's settings: the dedicated planner, else the main model.
+    config: Option<ModelConfig>,
+    /// Whether a dedicated planner is configured (`rewrite: "auto"`).
+    dedicated: bool,
     client: OnceLock<Option<Arc<dyn ChatModel>>>,
 }
 
@@ -162,36 +164,33 @@ impl Models {
     /// The models for these settings (no client is built here).
     #[must_use]
     pub fn new(main: Option<ModelConfig>, planner: Option<ModelConfig>) -> Self {
-        Self { main, planner, client: OnceLock::new() }
+        Self { dedicated: planner.is_some(), config: planner.or(main), client: OnceLock::new() }
     }
 
-    /// Models over ready clients (tests, tools): `planner` serves both
-    /// stages; `dedicated` says whether `rewrite: "auto"` engages.
+    /// Models over a ready client (tests, tools) that serves both stages;
+    /// `dedicated` says whether `rewrite: "auto"` engages.
     #[must_use]
     pub fn with_client(client: Arc<dyn ChatModel>, dedicated: bool) -> Self {
-        let id = client.id().to_owned();
-        let config = ModelConfig::Openai { base_url: String::new(), model: id, api_key_env: String::new() };
-        let (main, planner) = if dedicated { (None, Some(config)) } else { (Some(config), None) };
-        Self { main, planner, client: OnceLock::from(Some(client)) }
+        Self { config: None, dedicated, client: OnceLock::from(Some(client)) }
     }
 
     /// Whether any model is configured (else both stages are `off`).
     #[must_use]
     pub fn any(&self) -> bool {
-        self.main.is_some() || self.planner.is_some()
+        self.config.is_some() || matches!(self.client.get(), Some(Some(_)))
     }
 
     /// Whether a dedicated query planner is configured (`rewrite: "auto"`).
     #[must_use]
     pub fn has_dedicated_planner(&self) -> bool {
-        self.planner.is_some()
+        self.dedicated
     }
 
     /// The query-planner client (the dedicated planner, else the main
     /// model), built on the first call; `None` when neither is configured.
     #[must_use]
     pub fn planner(&self) -> Option<Arc<dyn ChatModel>> {
-        self.client.get_or_init(|| self.planner.as_ref().or(self.main.as_ref()).map(client)).clone()
+        self.client.get_or_init(|| self.config.as_ref().map(client)).clone()
     }
 }
 
@@ -221,6 +220,10 @@ mod tests {
         let both = Models::new(Some(main), Some(small));
         assert!(both.has_dedicated_planner());
         assert_eq!(both.planner().map(|m| m.id().to_owned()).as_deref(), Some("bedrock:anthropic.haiku"));
+        let ready: Arc<dyn ChatModel> = Arc::new(openai::OpenAiChat::new("http://x/v1", "m", openai::ApiKey::None));
+        let given = Models::with_client(ready, false);
+        assert!(given.any() && !given.has_dedicated_planner());
+        assert_eq!(given.planner().map(|m| m.id().to_owned()).as_deref(), Some("openai:m"));
     }
 
     #[test]
