@@ -289,7 +289,16 @@ impl ModelConfig {
     /// # Errors
     /// [`ConfigError::Invalid`] for an unknown provider.
     pub fn from_env_prefix(prefix: &str) -> Result<Option<Self>, ConfigError> {
-        let var = |name: &str| std::env::var(format!("{prefix}_{name}")).ok().filter(|v| !v.is_empty());
+        Self::from_variables(prefix, |name| std::env::var(name).ok())
+    }
+
+    /// [`ModelConfig::from_env_prefix`] over any variable lookup (`lookup`
+    /// gets the full variable name; empty values count as unset).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for an unknown provider.
+    pub fn from_variables(prefix: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<Option<Self>, ConfigError> {
+        let var = |name: &str| lookup(&format!("{prefix}_{name}")).filter(|v| !v.is_empty());
         let Some(model) = var("MODEL") else { return Ok(None) };
         match var("PROVIDER").as_deref() {
             None | Some("openai") => Ok(Some(Self::Openai {
@@ -354,6 +363,19 @@ impl Config {
     pub fn from_json(text: &str, origin: &str, base_dir: &Path) -> Result<Self, ConfigError> {
         let mut config: Self = serde_json::from_str(text)
             .map_err(|e| ConfigError::Invalid { path: origin.to_owned(), message: e.to_string() })?;
+        let r = &config.retrieval;
+        for (key, value) in [
+            ("retrieval.recall_intent_timeout_s", r.recall_intent_timeout_s),
+            ("retrieval.recall_rewrite_timeout_s", r.recall_rewrite_timeout_s),
+            ("retrieval.gateway_timeout_s", r.gateway_timeout_s),
+        ] {
+            if !(value.is_finite() && value > 0.0) {
+                return Err(ConfigError::Invalid {
+                    path: origin.to_owned(),
+                    message: format!("{key} must be a positive number of seconds, not {value}"),
+                });
+            }
+        }
         config.base_dir = base_dir.to_path_buf();
         Ok(config)
     }
@@ -434,6 +456,59 @@ mod tests {
         assert_eq!(c.limits.max_body_bytes, 262_144);
         assert_eq!(c.embedding, EmbeddingConfig::UseM3 { model_dir: ".skald/models/use-m3".into() });
         assert_eq!(c.store_location().ok(), Some(StoreLocation::Local("/etc/skald/.skald/store".into())));
+    }
+
+    #[test]
+    fn models_come_from_prefixed_variables() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| (*v).to_owned())
+        };
+        assert_eq!(
+            ModelConfig::from_variables("SKALD_LLM", vars(&[("SKALD_LLM_BASE_URL", "http://x/v1")])).ok(),
+            Some(None)
+        );
+        assert_eq!(
+            ModelConfig::from_variables("SKALD_LLM", vars(&[("SKALD_LLM_MODEL", "gpt"), ("SKALD_LLM_PROVIDER", "")]))
+                .ok()
+                .flatten(),
+            Some(ModelConfig::Openai {
+                base_url: "https://api.openai.com/v1".into(),
+                model: "gpt".into(),
+                api_key_env: "SKALD_LLM_API_KEY".into()
+            })
+        );
+        let bedrock = vars(&[
+            ("SKALD_QUERY_PLANNER_MODEL", "anthropic.haiku"),
+            ("SKALD_QUERY_PLANNER_PROVIDER", "bedrock"),
+            ("SKALD_QUERY_PLANNER_REGION", "eu-west-1"),
+        ]);
+        assert_eq!(
+            ModelConfig::from_variables("SKALD_QUERY_PLANNER", bedrock).ok().flatten(),
+            Some(ModelConfig::Bedrock {
+                model_id: "anthropic.haiku".into(),
+                region: Some("eu-west-1".into()),
+                endpoint_url: None
+            })
+        );
+        let bad = vars(&[("SKALD_LLM_MODEL", "m"), ("SKALD_LLM_PROVIDER", "azure")]);
+        let err = ModelConfig::from_variables("SKALD_LLM", bad).expect_err("unknown provider");
+        assert!(err.to_string().contains("SKALD_LLM_PROVIDER"), "{err}");
+    }
+
+    #[test]
+    fn stage_timeouts_must_be_positive() {
+        for bad in [r#"{"retrieval": {"gateway_timeout_s": 0}}"#, r#"{"retrieval": {"recall_rewrite_timeout_s": -1}}"#]
+        {
+            let err = Config::from_json(bad, "t.json", Path::new(".")).expect_err("refused");
+            assert!(err.to_string().contains("must be a positive number of seconds"), "{err}");
+        }
+        let c = Config::from_json(r#"{"retrieval": {"recall_intent_timeout_s": 2.5}}"#, "t.json", Path::new("."))
+            .expect("valid");
+        assert_eq!(
+            RetrievalConfig::seconds(c.retrieval.recall_intent_timeout_s),
+            std::time::Duration::from_millis(2500)
+        );
+        assert_eq!(c.retrieval.stage_reserve_ms, 1000);
     }
 
     #[test]
