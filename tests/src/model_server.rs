@@ -85,6 +85,8 @@ pub enum Reply {
     Status(u16),
     /// 200 with exactly this body and content-type `application/json`.
     Raw(String),
+    /// This status with exactly this body (a provider's own error text).
+    RawStatus(u16, String),
     /// A deterministic, plausible answer computed from the prompt ([`echo`]).
     Echo,
 }
@@ -331,6 +333,9 @@ async fn answer(mut reply: Reply, api: &Api, body: &Value, id: u64) -> Response<
             Reply::TextNoUsage(text) => return success(api, body, id, &text, false),
             Reply::Echo => return success(api, body, id, &echo(body), true),
             Reply::Raw(raw) => return response(StatusCode::OK, raw),
+            Reply::RawStatus(code, raw) => {
+                return response(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), raw);
+            }
             Reply::Status(code) => return failure(api, code),
         }
     }

@@ -908,3 +908,22 @@ async fn recall_with_a_hanging_rewrite_answers_before_the_client_deadline() {
     assert!(!text(result, "rendered").is_empty(), "{result:#}");
     assert_eq!(stage_requests(&server, REWRITE_MARKER).len(), 1);
 }
+
+#[tokio::test]
+async fn a_server_without_json_mode_is_asked_again_without_it_once_and_then_never() {
+    let server = ModelServer::start().await;
+    let refusal = r#"{"error": {"message": "Unrecognized request argument supplied: response_format"}}"#;
+    server.on("response_format", ModelReply::RawStatus(400, refusal.into()));
+    server.on(EXPAND_MARKER, ModelReply::Text(PLAN.into()));
+    let (app, _dirs) = app_with_model(&server).await;
+    append(&app, "no-json-mode", "user", "How was the family dinner?").await;
+    let body = ctx_body(&json!({"session_id": "no-json-mode"}));
+    for call in 1..=2 {
+        let result = ok(&search_reply(&app, &body).await).clone();
+        assert_eq!(stats(&result)["query_expansion"], "used", "call {call}: {result:#}");
+        assert!(entry_uris(&result).contains(&DINNER.to_owned()), "call {call}: the plan was used");
+    }
+    let sent: Vec<bool> =
+        stage_requests(&server, EXPAND_MARKER).iter().map(|r| r.body.get("response_format").is_some()).collect();
+    assert_eq!(sent, [true, false, false], "refused once, asked again without it, then never sent again");
+}

@@ -2,9 +2,11 @@
 //! The HTTP client (reqwest with rustls) is built on the first call.
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use reqwest::StatusCode;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -32,6 +34,9 @@ pub struct OpenAiChat {
     model: String,
     key: ApiKey,
     client: OnceLock<(reqwest::Client, Option<String>)>,
+    /// Set once the server refused `response_format`: JSON is then asked
+    /// for by the instructions alone.
+    no_json_mode: AtomicBool,
 }
 
 impl OpenAiChat {
@@ -44,7 +49,34 @@ impl OpenAiChat {
             model: model.to_owned(),
             key,
             client: OnceLock::new(),
+            no_json_mode: AtomicBool::new(false),
         }
+    }
+
+    /// One POST of `request` (with `response_format` when `json_mode`):
+    /// the status and the body text.
+    async fn post(&self, request: &ChatRequest<'_>, json_mode: bool) -> Result<(StatusCode, String), LlmError> {
+        let (client, key) = self.client()?;
+        let mut body = json!({
+            "model": self.model,
+            "messages": [
+                {"role": "system", "content": request.system},
+                {"role": "user", "content": request.user},
+            ],
+            "temperature": 0,
+            "max_tokens": request.max_tokens,
+        });
+        if json_mode {
+            body["response_format"] = json!({"type": "json_object"});
+        }
+        let mut call = client.post(&self.url).json(&body);
+        if let Some(key) = key {
+            call = call.bearer_auth(key);
+        }
+        let transport = |e: reqwest::Error| LlmError::Transport { model: self.id.clone(), message: e.to_string() };
+        let response = call.send().await.map_err(transport)?;
+        let status = response.status();
+        Ok((status, response.text().await.map_err(transport)?))
     }
 
     fn client(&self) -> Result<&(reqwest::Client, Option<String>), LlmError> {
@@ -61,6 +93,12 @@ impl OpenAiChat {
         };
         Ok(self.client.get_or_init(|| (client, key)))
     }
+}
+
+/// Whether an answer is a server refusing `response_format` (a 400 or 422
+/// that names it), as servers without a JSON mode answer.
+fn refuses_json_mode(status: StatusCode, text: &str) -> bool {
+    matches!(status.as_u16(), 400 | 422) && (text.contains("response_format") || text.contains("json_object"))
 }
 
 #[derive(Deserialize)]
@@ -96,27 +134,17 @@ impl ChatModel for OpenAiChat {
     }
 
     async fn complete(&self, request: &ChatRequest<'_>) -> Result<Completion, LlmError> {
-        let (client, key) = self.client()?;
-        let mut body = json!({
-            "model": self.model,
-            "messages": [
-                {"role": "system", "content": request.system},
-                {"role": "user", "content": request.user},
-            ],
-            "temperature": 0,
-            "max_tokens": request.max_tokens,
-        });
-        if request.json {
-            body["response_format"] = json!({"type": "json_object"});
-        }
-        let mut call = client.post(&self.url).json(&body);
-        if let Some(key) = key {
-            call = call.bearer_auth(key);
-        }
-        let transport = |e: reqwest::Error| LlmError::Transport { model: self.id.clone(), message: e.to_string() };
-        let response = call.send().await.map_err(transport)?;
-        let status = response.status();
-        let text = response.text().await.map_err(transport)?;
+        let json_mode = request.json && !self.no_json_mode.load(Ordering::Relaxed);
+        let (status, text) = self.post(request, json_mode).await?;
+        let (status, text) = if json_mode && refuses_json_mode(status, &text) {
+            // Some OpenAI-compatible servers have no JSON mode: remember it
+            // and ask again without (the instructions still ask for JSON).
+            tracing::warn!(model = self.id, "the model refused response_format; asking for JSON without it");
+            self.no_json_mode.store(true, Ordering::Relaxed);
+            self.post(request, false).await?
+        } else {
+            (status, text)
+        };
         if !status.is_success() {
             let message: String = text.chars().take(300).collect();
             return Err(LlmError::Status { model: self.id.clone(), status: status.as_u16(), message });
