@@ -17,7 +17,8 @@
 //! - S3: [`moto_demo`] (a bucket on the local S3 server of
 //!   [`crate::moto`], with the demo ingested), [`s3_at`], the latency proxy
 //!   [`start_proxy`] with its [`CallLog`], and [`start_s3_over`], an
-//!   in-process S3-protocol server over any store.
+//!   in-process S3-protocol server over any store (GET, HEAD, one-page
+//!   LIST, conditional PUT).
 //! - Synthetic data: [`Rng`] (SplitMix64).
 //!
 //! Everything here aborts the bench through [`fail`] on an error: a bench
@@ -40,8 +41,8 @@ use skald::embed::hashed::HashedEmbedder;
 use skald::embed::use_m3::UseM3Embedder;
 use skald::identity::{AccountId, Identity, UserId};
 use skald::ingest::{IngestOptions, ingest_dir};
-use skald::store::SharedStore;
 use skald::store::local::LocalStore;
+use skald::store::{PutMode, SharedStore, StoreError};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
@@ -658,6 +659,12 @@ struct RequestHead {
     method: String,
     /// The target without its query string, percent-decoded.
     path: String,
+    /// The query string (after `?`), as sent.
+    query: String,
+    /// `if-match`, as sent.
+    if_match: Option<String>,
+    /// `if-none-match`, as sent.
+    if_none_match: Option<String>,
     /// Bytes of the head in the buffer.
     len: usize,
     /// `content-length` (0 when absent).
@@ -688,18 +695,23 @@ async fn read_head(
     let mut request_line = lines.next().unwrap_or_default().split(' ');
     let method = request_line.next().unwrap_or_default().to_owned();
     let target = request_line.next().unwrap_or_default();
-    let path = percent_decode(target.split('?').next().unwrap_or_default());
-    let (mut body_len, mut chunked) = (0usize, false);
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let (path, query) = (percent_decode(path), query.to_owned());
+    let (mut body_len, mut chunked, mut if_match, mut if_none_match) = (0usize, false, None, None);
     for line in lines {
         if let Some((name, value)) = line.split_once(':') {
             if name.eq_ignore_ascii_case("content-length") {
                 body_len = value.trim().parse().unwrap_or(0);
             } else if name.eq_ignore_ascii_case("transfer-encoding") {
                 chunked = value.to_ascii_lowercase().contains("chunked");
+            } else if name.eq_ignore_ascii_case("if-match") {
+                if_match = Some(value.trim().to_owned());
+            } else if name.eq_ignore_ascii_case("if-none-match") {
+                if_none_match = Some(value.trim().to_owned());
             }
         }
     }
-    Ok(Some(RequestHead { method, path, len, body_len, chunked }))
+    Ok(Some(RequestHead { method, path, query, if_match, if_none_match, len, body_len, chunked }))
 }
 
 async fn forward_requests(
@@ -739,40 +751,92 @@ async fn forward_requests(
     }
 }
 
-/// Serves `GET` and `HEAD` of objects (path style,
-/// `/{bucket}/{STORE_PREFIX}/{key}`, see [`moto::STORE_PREFIX`]) from `store`
-/// on a loopback port, with keep-alive: enough of S3 for `S3Store::get` and
-/// `S3Store::head`, so that the S3 client can run over a local store without
-/// moto. Other requests get 501.
+/// Serves objects of `store` (path style, `/{bucket}/{STORE_PREFIX}/{key}`,
+/// see [`moto::STORE_PREFIX`]) on a loopback port, with keep-alive: enough
+/// of S3 for the `S3Store` calls the benches make, so that the S3 client can
+/// run over a local store without moto. `GET` and `HEAD` of an object;
+/// `GET /{bucket}?list-type=2&prefix=…` (ListObjectsV2, everything in one
+/// page); `PUT` with a `content-length` body, conditional on
+/// `If-None-Match: *` or `If-Match` (412 when the store reports a
+/// conflict). Other requests get 501.
 pub async fn start_s3_over(store: SharedStore, bucket: &str) -> SocketAddr {
     let listener =
         tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap_or_else(|e| fail("s3 server bind", e));
     let address = listener.local_addr().unwrap_or_else(|e| fail("s3 server address", e));
-    let prefix = format!("/{bucket}/{}/", moto::STORE_PREFIX);
+    let bucket = bucket.to_owned();
     tokio::spawn(async move {
         while let Ok((socket, _)) = listener.accept().await {
-            let (store, prefix) = (Arc::clone(&store), prefix.clone());
+            let (store, bucket) = (Arc::clone(&store), bucket.clone());
             tokio::spawn(async move {
                 let _ = socket.set_nodelay(true);
                 let (mut reader, mut writer) = socket.into_split();
-                let _ = serve_s3(&mut reader, &mut writer, &store, &prefix).await;
+                let _ = serve_s3(&mut reader, &mut writer, &store, &bucket).await;
             });
         }
     });
     address
 }
 
+/// `text` with `&`, `<` and `>` escaped for XML element content.
+fn xml_escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// A response with an S3 XML error body.
+fn s3_error(status: &str, code: &str, key: &str) -> Vec<u8> {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Key>{}</Key></Error>",
+        xml_escape(key)
+    );
+    format!("HTTP/1.1 {status}\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+        .into_bytes()
+}
+
+/// ListObjectsV2 of `prefix` (a full key prefix, under [`moto::STORE_PREFIX`])
+/// over `store`, in one page.
+async fn list_response(store: &SharedStore, bucket: &str, prefix: &str) -> Vec<u8> {
+    let root = format!("{}/", moto::STORE_PREFIX);
+    let objects = match prefix.strip_prefix(&root) {
+        Some(p) => match store.list(p).await {
+            Ok(objects) => objects,
+            Err(_) => return s3_error("500 Internal Server Error", "InternalError", prefix),
+        },
+        None => Vec::new(),
+    };
+    let mut body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
+         <Name>{}</Name><Prefix>{}</Prefix><KeyCount>{}</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated>",
+        xml_escape(bucket),
+        xml_escape(prefix),
+        objects.len()
+    );
+    for o in &objects {
+        body.push_str(&format!(
+            "<Contents><Key>{}{}</Key><ETag>\"{}\"</ETag><Size>{}</Size><StorageClass>STANDARD</StorageClass></Contents>",
+            root,
+            xml_escape(&o.key),
+            xml_escape(&o.etag),
+            o.size
+        ));
+    }
+    body.push_str("</ListBucketResult>");
+    let mut out = format!("HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\r\n", body.len())
+        .into_bytes();
+    out.extend_from_slice(body.as_bytes());
+    out
+}
+
 async fn serve_s3(
     from: &mut OwnedReadHalf,
     to: &mut OwnedWriteHalf,
     store: &SharedStore,
-    prefix: &str,
+    bucket: &str,
 ) -> std::io::Result<()> {
     const NOT_IMPLEMENTED: &[u8] = b"HTTP/1.1 501 Not Implemented\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+    let prefix = format!("/{bucket}/{}/", moto::STORE_PREFIX);
     let mut buf: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
     while let Some(head) = read_head(from, &mut buf, &mut chunk).await? {
-        // Skip a body (none expected).
         let end = head.len + head.body_len;
         while buf.len() < end {
             let n = from.read(&mut chunk).await?;
@@ -781,40 +845,54 @@ async fn serve_s3(
             }
             buf.extend_from_slice(&chunk[..n]);
         }
-        buf.drain(..end);
-        let key = head.path.strip_prefix(prefix).unwrap_or_default().to_owned();
+        let body: Vec<u8> = buf.drain(..end).skip(head.len).collect();
+        let key = head.path.strip_prefix(&prefix).unwrap_or_default().to_owned();
         let meta_head = |status: &str, etag: &str, size: u64| {
             format!(
                 "HTTP/1.1 {status}\r\nContent-Length: {size}\r\nETag: \"{etag}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
             )
         };
-        let not_found = |method: &str| {
-            let body = if method == "HEAD" {
-                String::new()
-            } else {
-                format!(
-                    "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>NoSuchKey</Code><Key>{key}</Key></Error>"
-                )
-            };
-            format!(
-                "HTTP/1.1 404 Not Found\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            )
-        };
+        let is_list = head.method == "GET"
+            && head.path.trim_end_matches('/') == format!("/{bucket}")
+            && head.query.split('&').any(|p| p == "list-type=2");
         let response: Vec<u8> = match head.method.as_str() {
-            _ if key.is_empty() || head.chunked => NOT_IMPLEMENTED.to_vec(),
+            _ if head.chunked => NOT_IMPLEMENTED.to_vec(),
+            "GET" if is_list => {
+                let list_prefix = head
+                    .query
+                    .split('&')
+                    .find_map(|p| p.strip_prefix("prefix="))
+                    .map(|p| percent_decode(&p.replace('+', " ")))
+                    .unwrap_or_default();
+                list_response(store, bucket, &list_prefix).await
+            }
+            _ if key.is_empty() => NOT_IMPLEMENTED.to_vec(),
             "GET" => match store.get(&key).await {
                 Ok(object) => {
                     let mut out = meta_head("200 OK", &object.meta.etag, object.meta.size).into_bytes();
                     out.extend_from_slice(&object.body);
                     out
                 }
-                Err(_) => not_found("GET").into_bytes(),
+                Err(_) => s3_error("404 Not Found", "NoSuchKey", &key),
             },
             "HEAD" => match store.head(&key).await {
                 Ok(meta) => meta_head("200 OK", &meta.etag, meta.size).into_bytes(),
-                Err(_) => not_found("HEAD").into_bytes(),
+                Err(_) => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_vec(),
             },
+            "PUT" => {
+                let mode = match (&head.if_none_match, &head.if_match) {
+                    (Some(any), _) if any == "*" => PutMode::CreateNew,
+                    (_, Some(etag)) => PutMode::IfMatch(etag.trim_matches('"').to_owned()),
+                    _ => PutMode::Overwrite,
+                };
+                match store.put(&key, body.into(), mode).await {
+                    Ok(meta) => {
+                        format!("HTTP/1.1 200 OK\r\nContent-Length: 0\r\nETag: \"{}\"\r\n\r\n", meta.etag).into_bytes()
+                    }
+                    Err(StoreError::Conflict(_)) => s3_error("412 Precondition Failed", "PreconditionFailed", &key),
+                    Err(_) => s3_error("500 Internal Server Error", "InternalError", &key),
+                }
+            }
             _ => NOT_IMPLEMENTED.to_vec(),
         };
         to.write_all(&response).await?;
