@@ -177,7 +177,8 @@ impl<'a> Ledger<'a> {
     /// writers by compare-and-swap. Returns the final status: `ok`/`new`,
     /// or `write_failed` (never an error: the request still succeeds).
     ///
-    /// Cost: a GET and a conditional PUT per attempt.
+    /// Cost: one conditional PUT on the first attempt (it reuses the read
+    /// made at load time); a GET and a conditional PUT per retry.
     pub async fn record(&self, served: &[(String, String)]) -> &'static str {
         for attempt in 1..=WRITE_ATTEMPTS {
             let read = if attempt == 1 && self.loaded.1 != PutMode::Overwrite {

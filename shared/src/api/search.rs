@@ -19,10 +19,10 @@ use crate::assemble::params::{
     AssembleParams, DEFAULT_SCORE_THRESHOLD, DETAIL_KEYS, Detail, MAX_EXCLUDE_URIS, MAX_MAX_TOKENS, MIN_MAX_TOKENS,
     PeerScope, QUOTA_KEYS, Tier, builtin_purpose, default_penalties,
 };
-use crate::assemble::{Assembled, assemble};
+use crate::assemble::{Assembled, assemble, assemble_over};
 use crate::config::RetrievalConfig;
 use crate::deadline::Deadline;
-use crate::find::{authorize_targets, find, find_queries};
+use crate::find::{authorize_targets, checked_snapshot, find, find_queries};
 use crate::identity::Identity;
 use crate::index::{Category, Exclusion};
 use crate::ledger::{DedupStatus, Ledger};
@@ -580,11 +580,17 @@ pub async fn context(
         Rewrite::Auto => app.models.has_dedicated_planner(),
     };
     let session = request.session_id.as_deref().map(parse_session_id).transpose()?;
-    let loaded = match &session {
+    let (loaded, snapshot) = match &session {
         Some(id) if request.dedup_turns > 0 || wants_expansion || wants_rewrite => {
-            Some(load_session(app, identity, id, request.dedup_turns, wants_expansion || wants_rewrite).await?)
+            // The index revalidation needs neither the session nor the
+            // plan: it goes out with the session read.
+            let (loaded, snapshot) = tokio::join!(
+                load_session(app, identity, id, request.dedup_turns, wants_expansion || wants_rewrite),
+                checked_snapshot(app, identity),
+            );
+            (Some(loaded?), Some(snapshot?))
         }
-        _ => None,
+        _ => (None, None),
     };
     let expansion = match &loaded {
         Some(loaded) if wants_expansion => expand_query(app, loaded, query, deadline).await,
@@ -596,7 +602,10 @@ pub async fn context(
     }
     let mut params = request.assemble.clone();
     params.queries.clone_from(&expansion.queries);
-    let mut assembled = assemble(app, identity, &params, &exclusion).await?;
+    let mut assembled = match &snapshot {
+        Some(snapshot) => assemble_over(app, identity, &params, &exclusion, snapshot).await?,
+        None => assemble(app, identity, &params, &exclusion).await?,
+    };
     let empty = SessionContext::default();
     let session_context = loaded.as_ref().map_or(&empty, |l| &l.context);
     let rewritten = if wants_rewrite {

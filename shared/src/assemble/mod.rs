@@ -8,8 +8,9 @@ use serde_json::{Map, Value, json};
 
 use crate::api::error::ApiError;
 use crate::app::App;
+use crate::embed::EmbedError;
 use crate::identity::Identity;
-use crate::index::Exclusion;
+use crate::index::{Exclusion, IndexSnapshot};
 use crate::tokens::estimate_tokens;
 
 pub mod bootstrap;
@@ -135,10 +136,41 @@ pub async fn assemble(
     let texts: Vec<&str> = params.queries.iter().map(String::as_str).collect();
     let (snapshot, vectors) = tokio::join!(crate::find::checked_snapshot(app, identity), app.embedder.embed(&texts));
     let snapshot = snapshot?;
+    assemble_with(app, identity, params, exclusion, &snapshot, vectors).await
+}
+
+/// [`assemble`] over a snapshot the caller already took with
+/// [`crate::find::checked_snapshot`] — so that its revalidation could
+/// overlap other work (context mode sends it with the session read).
+///
+/// Cost: as [`assemble`] without the revalidation.
+///
+/// # Errors
+/// 503 when the embedder or store fails.
+pub async fn assemble_over(
+    app: &App,
+    identity: &Identity,
+    params: &AssembleParams,
+    exclusion: &Exclusion,
+    snapshot: &IndexSnapshot,
+) -> Result<Assembled, ApiError> {
+    let texts: Vec<&str> = params.queries.iter().map(String::as_str).collect();
+    let vectors = app.embedder.embed(&texts).await;
+    assemble_with(app, identity, params, exclusion, snapshot, vectors).await
+}
+
+async fn assemble_with(
+    app: &App,
+    identity: &Identity,
+    params: &AssembleParams,
+    exclusion: &Exclusion,
+    snapshot: &IndexSnapshot,
+    vectors: Result<Vec<Vec<f32>>, EmbedError>,
+) -> Result<Assembled, ApiError> {
     let gathered = if snapshot.is_empty() || params.queries.is_empty() {
         gather::Gathered::default()
     } else {
-        gather::gather(&snapshot, identity, params, &vectors?, exclusion)
+        gather::gather(snapshot, identity, params, &vectors?, exclusion)
     };
     let candidates = &gathered.candidates;
     let planned = plan::plan(
