@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 pub use aws_sdk_bedrockruntime;
-use aws_sdk_bedrockruntime::error::{ProvideErrorMetadata as _, SdkError};
+use aws_sdk_bedrockruntime::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_bedrockruntime::types::{
     ContentBlock, ConversationRole, InferenceConfiguration, Message, SystemContentBlock,
 };
@@ -67,7 +67,7 @@ impl BedrockChat {
             .await
     }
 
-    fn fail<E: aws_sdk_bedrockruntime::error::ProvideErrorMetadata + std::fmt::Debug>(
+    fn fail<E: ProvideErrorMetadata + std::error::Error + 'static>(
         &self,
         error: &SdkError<E, aws_sdk_bedrockruntime::config::http::HttpResponse>,
     ) -> LlmError {
@@ -82,9 +82,9 @@ impl BedrockChat {
                 ),
             },
             SdkError::ResponseError(_) => {
-                LlmError::Malformed { model: self.id.clone(), message: format!("{:?}", error.code()) }
+                LlmError::Malformed { model: self.id.clone(), message: DisplayErrorContext(error).to_string() }
             }
-            other => LlmError::Transport { model: self.id.clone(), message: other.to_string() },
+            other => LlmError::Transport { model: self.id.clone(), message: DisplayErrorContext(other).to_string() },
         }
     }
 }
