@@ -111,6 +111,17 @@ fn before_deadline(elapsed: Duration, what: &str) {
     assert!(elapsed < Duration::from_millis(DEADLINE_MS), "{what}: answered after {elapsed:?}");
 }
 
+/// Asserts a hanging rewrite was waited out within the deadline: a 200
+/// that took at least [`REWRITE_WAITED`] and less than [`DEADLINE_MS`], with
+/// `stats.rewrite == "timeout"` and the block still rendered.
+fn rewrite_waited_out(reply: &Reply, elapsed: Duration, what: &str) {
+    let result = ok(reply);
+    before_deadline(elapsed, what);
+    assert!(elapsed >= REWRITE_WAITED, "{what}: the rewrite did not wait ({elapsed:?})");
+    assert_eq!(stats(result)["rewrite"], "timeout", "{what}: {}", stats(result));
+    assert!(!text(result, "rendered").is_empty(), "{what}: {result:#}");
+}
+
 fn ok(reply: &Reply) -> &Value {
     assert_eq!(reply.status, 200, "{}", reply.text);
     assert_eq!(reply.json["status"], "ok", "{}", reply.text);
@@ -376,11 +387,7 @@ async fn the_lambda_deadline_binds_and_cargo_lambda_watchs_fixed_one_is_ignored(
     let started = Instant::now();
     let reply = call_handler(&app, Handler::Search, lambda_event(&body, epoch_ms() + DEADLINE_MS)).await;
     let elapsed = started.elapsed();
-    let result = ok(&reply);
-    before_deadline(elapsed, "lambda deadline");
-    assert!(elapsed >= REWRITE_WAITED, "the stage did not wait ({elapsed:?})");
-    assert_eq!(stats(result)["rewrite"], "timeout", "{result:#}");
-    assert!(!text(result, "rendered").is_empty());
+    rewrite_waited_out(&reply, elapsed, "lambda deadline");
 
     // `cargo lambda watch` sends 600000 (ten minutes after 1970): taken at
     // its word every request would be past its deadline; it is ignored.
@@ -419,11 +426,7 @@ async fn the_client_header_beats_a_longer_gateway_limit_and_the_gateway_limit_bi
         ("a 2.5 s gateway", gateway_binds),
         ("header 65000 under a 2.5 s gateway", longer_client),
     ] {
-        let result = ok(&reply);
-        before_deadline(elapsed, name);
-        assert!(elapsed >= REWRITE_WAITED, "{name}: the stage did not wait ({elapsed:?})");
-        assert_eq!(stats(result)["rewrite"], "timeout", "{name}: {}", stats(result));
-        assert!(!text(result, "rendered").is_empty(), "{name}");
+        rewrite_waited_out(&reply, elapsed, name);
     }
     assert_eq!(stage_requests(&server, REWRITE_MARKER).len(), 3);
 }
@@ -901,11 +904,7 @@ async fn recall_with_a_hanging_rewrite_answers_before_the_client_deadline() {
     let headers = [(TIMEOUT_HEADER, deadline.as_str())];
     let body = json!({"query": QUERY, "rewrite": true});
     let (reply, elapsed) = timed(&app, Handler::Recall, RECALL_PATH, &headers, &body).await;
-    let result = ok(&reply);
-    before_deadline(elapsed, "recall");
-    assert!(elapsed >= REWRITE_WAITED, "the rewrite did not wait ({elapsed:?})");
-    assert_eq!(stats(result)["rewrite"], "timeout", "{}", stats(result));
-    assert!(!text(result, "rendered").is_empty(), "{result:#}");
+    rewrite_waited_out(&reply, elapsed, "recall");
     assert_eq!(stage_requests(&server, REWRITE_MARKER).len(), 1);
 }
 
