@@ -20,8 +20,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub enum ApiKey {
     /// Read from this environment variable when the client is first used.
     Env(String),
-    /// This key.
-    Value(String),
     /// No key (local servers).
     None,
 }
@@ -88,7 +86,6 @@ impl OpenAiChat {
         })?;
         let key = match &self.key {
             ApiKey::Env(var) => std::env::var(var).ok().filter(|k| !k.is_empty()),
-            ApiKey::Value(key) => Some(key.clone()),
             ApiKey::None => None,
         };
         Ok(self.client.get_or_init(|| (client, key)))
