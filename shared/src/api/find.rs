@@ -86,19 +86,11 @@ pub fn parse_common(body: &mut Body, now: i64) -> Common {
     let mut c = Common::default();
     let p = &mut c.params;
     p.query = body.string("query").unwrap_or_default();
-    c.has_image = match body.raw("image_url") {
-        Some(Value::String(s)) => !s.is_empty(),
-        Some(Value::Array(a)) => !a.is_empty(),
-        Some(_) => {
-            body.error(FieldError::new(
-                "image_url",
-                "string_type",
-                "Input should be a valid string or list of strings",
-            ));
-            false
-        }
-        None => false,
-    };
+    // `str | list[str]`: "" and [] are no image; each list element must be a string.
+    let image_is_list = body.raw("image_url").is_some_and(Value::is_array);
+    c.has_image = body
+        .string_or_list("image_url")
+        .is_some_and(|images| image_is_list && !images.is_empty() || images.iter().any(|s| !s.is_empty()));
     let target_is_list = body.raw("target_uri").is_some_and(Value::is_array);
     for (i, text) in body.string_or_list("target_uri").unwrap_or_default().into_iter().enumerate() {
         if text.is_empty() {
