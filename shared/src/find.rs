@@ -47,6 +47,9 @@ pub struct FindParams {
     pub decay_window_s: Option<i64>,
     /// The time field decay and ranges use.
     pub time_field: TimeField,
+    /// Add `provenance`: per query, where it searched and what it matched
+    /// (`include_provenance`, default off).
+    pub include_provenance: bool,
 }
 
 impl Default for FindParams {
@@ -64,6 +67,7 @@ impl Default for FindParams {
             read_content: false,
             decay_window_s: None,
             time_field: TimeField::UpdatedAt,
+            include_provenance: false,
         }
     }
 }
@@ -177,6 +181,12 @@ pub async fn find(app: &App, identity: &Identity, params: &FindParams, now: i64)
 /// searches with `params`, hits are merged by node (best score), sorted by
 /// score and cut to `limit`. With one query this is exactly [`find`].
 ///
+/// With `include_provenance` the result adds `provenance`, one entry per
+/// query in order: `{query, searched_directories, matched_contexts}`, each
+/// match `{uri, tier: "L<level>", context_type, score, match_reason: ""}` as
+/// that query alone scored it (before the merge and the cut). The
+/// reference's `thinking_trace` is absent: one flat scan has no trace.
+///
 /// Cost: one embedding call for all queries, one manifest HEAD, one scan
 /// per query.
 ///
@@ -194,9 +204,11 @@ pub async fn find_queries(
     let (snapshot, vectors) = tokio::join!(checked_snapshot(app, identity), app.embedder.embed(queries));
     let snapshot = snapshot?;
     let filter = build_filter(identity, params);
+    let vectors = vectors?;
     let mut hits: Vec<Hit<'_>> = Vec::new();
+    let mut provenance: Vec<Value> = Vec::new();
     if !snapshot.is_empty() {
-        for vector in &vectors? {
+        for (query, vector) in queries.iter().zip(&vectors) {
             let found = snapshot.search(&SearchParams {
                 vector,
                 filter: &filter,
@@ -204,6 +216,9 @@ pub async fn find_queries(
                 score_threshold: params.score_threshold,
                 decay: params.decay_window_s.map(|window_s| EventDecay { now, window_s, field: params.time_field }),
             });
+            if params.include_provenance {
+                provenance.push(provenance_json(query, &filter.targets, &found));
+            }
             for hit in found {
                 match hits.iter_mut().find(|h| std::ptr::eq(h.record, hit.record)) {
                     Some(kept) if hit.score > kept.score => *kept = hit,
@@ -232,12 +247,38 @@ pub async fn find_queries(
         buckets[slot].push(item);
     }
     let [memories, resources, skills] = buckets;
-    Ok(json!({
+    let mut result = json!({
         "memories": memories,
         "resources": resources,
         "skills": skills,
         "total": hits.len(),
-    }))
+    });
+    if params.include_provenance {
+        if snapshot.is_empty() {
+            provenance = queries.iter().map(|q| provenance_json(q, &filter.targets, &[])).collect();
+        }
+        result["provenance"] = Value::Array(provenance);
+    }
+    Ok(result)
+}
+
+/// One query's provenance entry (the reference's `QueryResult` as
+/// `FindResult.to_dict(include_provenance=True)` shows it).
+fn provenance_json(query: &str, targets: &[VikingUri], found: &[Hit<'_>]) -> Value {
+    let matched: Vec<Value> = found
+        .iter()
+        .map(|hit| {
+            json!({
+                "uri": hit.record.display_uri(),
+                "tier": format!("L{}", hit.record.level),
+                "context_type": hit.record.context_type.as_str(),
+                "score": hit.score,
+                "match_reason": "",
+            })
+        })
+        .collect();
+    let searched: Vec<String> = targets.iter().map(ToString::to_string).collect();
+    json!({"query": query, "searched_directories": searched, "matched_contexts": matched})
 }
 
 /// The caller's account index, warm when possible, checked to be built by

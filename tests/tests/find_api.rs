@@ -340,6 +340,39 @@ async fn the_result_has_the_reference_shape_and_key_order() {
     assert!(positions.is_sorted(), "raw item keys out of order: {tail:.200}");
 }
 
+/// `include_provenance` adds, after `total`, one entry per query: where it
+/// searched (the default targets for the request) and what it matched, in
+/// the reference's `QueryResult` shape. Absent or false, there is none.
+#[tokio::test]
+async fn include_provenance_reports_where_the_query_searched_and_what_it_matched() {
+    let (app, _dirs) = dev_app().await;
+    for body in [json!({"query": "search service"}), json!({"query": "search service", "include_provenance": false})] {
+        let result = ok_result(&app, &body).await;
+        assert!(result.get("provenance").is_none(), "{body}: {result}");
+    }
+
+    let body = json!({"query": "search service", "context_type": "resource", "limit": 3, "include_provenance": true});
+    let result = ok_result(&app, &body).await;
+    let keys: Vec<&String> = result.as_object().expect("object").keys().collect();
+    assert_eq!(keys, ["memories", "resources", "skills", "total", "provenance"], "{result}");
+    let provenance = result["provenance"].as_array().expect("a list");
+    assert_eq!(provenance.len(), 1, "one query, one entry: {result}");
+    let entry = &provenance[0];
+    assert_eq!(entry["query"], "search service");
+    // context_type resource: viking://resources and the user's tree.
+    assert_eq!(entry["searched_directories"], json!(["viking://resources", "viking://user/default"]), "{entry}");
+    let matched = entry["matched_contexts"].as_array().expect("a list");
+    assert_eq!(matched.len(), 3, "the query's own top `limit`: {entry}");
+    for (m, item) in matched.iter().zip(items(&result)) {
+        let keys: Vec<&String> = m.as_object().expect("object").keys().collect();
+        assert_eq!(keys, ["uri", "tier", "context_type", "score", "match_reason"], "{m}");
+        assert_eq!(m["uri"], item["uri"], "one query: the matches are the result, in order");
+        assert_eq!(m["tier"], format!("L{}", item["level"]), "{m}");
+        assert_eq!(m["context_type"], "resource");
+        assert_eq!(m["score"], item["score"]);
+    }
+}
+
 #[tokio::test]
 async fn abstracts_are_the_summary_the_first_paragraph_or_the_sidecar() {
     let (app, _dirs) = dev_app().await;

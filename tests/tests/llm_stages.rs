@@ -643,6 +643,18 @@ async fn planned_queries_bring_in_hits_the_original_query_misses() {
     assert_eq!(plan["queries"][1]["context_type"], "resource");
     assert_eq!(plan["queries"][1]["priority"], 3, "the default priority");
     assert_eq!(stage_requests(&server, EXPAND_MARKER).len(), 2, "one expansion per request with a session");
+
+    // Provenance: one entry per query searched, the original first.
+    let body = json!({"query": QUERY, "limit": 3, "session_id": "plan", "include_provenance": true});
+    let listed = ok(&search_reply(&app, &body).await).clone();
+    let provenance = listed["provenance"].as_array().expect("provenance");
+    let searched: Vec<&Value> = provenance.iter().map(|p| &p["query"]).collect();
+    assert_eq!(searched, [&json!(QUERY), &planned[0], &planned[1]], "{listed:#}");
+    let dinner_query = &provenance[1]["matched_contexts"];
+    assert_eq!(dinner_query[0]["uri"], DINNER, "the planned query found the dinner: {dinner_query:#}");
+    let original_matches: Vec<&Value> =
+        provenance[0]["matched_contexts"].as_array().expect("matches").iter().map(|m| &m["uri"]).collect();
+    assert!(!original_matches.contains(&&json!(DINNER)), "the original query alone misses it: {original_matches:?}");
 }
 
 #[tokio::test]

@@ -606,7 +606,11 @@ async fn list_mode_is_byte_identical_to_find() {
             assert_eq!(answer.text, find_answer.text, "{variant} is not byte-identical to find({body})");
             let result = &answer.json["result"];
             let keys: Vec<&String> = result.as_object().expect("object").keys().collect();
-            assert_eq!(keys, ["memories", "resources", "skills", "total"], "{variant}");
+            let mut want = vec!["memories", "resources", "skills", "total"];
+            if body["include_provenance"] == true {
+                want.push("provenance");
+            }
+            assert_eq!(keys, want, "{variant}");
             assert!(result.get("rendered").is_none() && result.get("entries").is_none(), "{variant}");
         }
     }
@@ -823,6 +827,10 @@ async fn purpose_presets_set_the_quotas_and_limit_is_ignored_with_them() {
     let result =
         context(&app, &ctx_body(&json!({"context_type": "skill", "events_time_decay_protection": "7d"}))).await;
     assert_eq!(result["stats"]["ignored"], json!(["context_type", "events_time_decay_protection"]));
+    // Provenance is a list-mode view: asked for in context mode, it is reported.
+    let result = context(&app, &ctx_body(&json!({"include_provenance": true}))).await;
+    assert_eq!(result["stats"]["ignored"], json!(["include_provenance"]), "{}", result["stats"]);
+    assert!(result.get("provenance").is_none());
     assert!(categories_of(&result).keys().any(|c| c != "skills"), "not narrowed to skills: {:?}", uris(&result));
     // Explicit quotas win over the preset's, the purpose is still reported.
     let result = context(&app, &ctx_body(&json!({"purpose": "chat", "quotas": {"events": 1}}))).await;

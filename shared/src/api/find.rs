@@ -122,7 +122,7 @@ pub fn parse_common(body: &mut Body, now: i64) -> Common {
     let node_limit = body.int("node_limit", Some(1), None);
     p.limit = node_limit.or(limit).map_or(10, |n| usize::try_from(n).unwrap_or(usize::MAX));
     p.score_threshold = body.number("score_threshold");
-    body.boolean("include_provenance");
+    p.include_provenance = body.boolean("include_provenance").unwrap_or(false);
     let time_field = match body.literal("time_field", &["updated_at", "created_at"]).as_deref() {
         Some("created_at") => TimeField::CreatedAt,
         _ => TimeField::UpdatedAt,

@@ -240,6 +240,9 @@ fn parse_context(body: &mut Body, request: &mut SearchRequest) {
             request.ignored.push(field);
         }
     }
+    if request.common.params.include_provenance {
+        request.ignored.push("include_provenance");
+    }
     if p.quotas.is_some() && request.common.limit_sent {
         request.ignored.push("limit");
     }
