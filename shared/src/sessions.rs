@@ -224,8 +224,17 @@ impl<'a> Sessions<'a> {
     /// # Errors
     /// Store or decoding errors.
     pub async fn create(&self, id: &SessionId, now: &str) -> Result<(SessionMeta, bool), SessionError> {
-        if let Some((meta, _)) = self.meta(id).await? {
-            return Ok((meta, false));
+        let (meta, _, created) = self.meta_or_create(id, now).await?;
+        Ok((meta, created))
+    }
+
+    /// The session's meta and its etag, creating the session first when it
+    /// does not exist (`true`: created by this call). One read when it
+    /// exists; a read and a create-if-absent when not (and a second read
+    /// when a concurrent create won).
+    async fn meta_or_create(&self, id: &SessionId, now: &str) -> Result<(SessionMeta, String, bool), SessionError> {
+        if let Some((meta, etag)) = self.meta(id).await? {
+            return Ok((meta, etag, false));
         }
         let meta = SessionMeta {
             session_id: id.as_str().to_owned(),
@@ -237,10 +246,11 @@ impl<'a> Sessions<'a> {
             recent_message_ids: VecDeque::new(),
         };
         match self.store.put(&self.meta_key(id), encode(&meta)?, PutMode::CreateNew).await {
-            Ok(_) => Ok((meta, true)),
+            Ok(created) => Ok((meta, created.etag, true)),
             Err(StoreError::Conflict(_)) => {
-                let (meta, _) = self.meta(id).await?.ok_or_else(|| SessionError::NotFound(id.as_str().to_owned()))?;
-                Ok((meta, false))
+                let (meta, etag) =
+                    self.meta(id).await?.ok_or_else(|| SessionError::NotFound(id.as_str().to_owned()))?;
+                Ok((meta, etag, false))
             }
             Err(e) => Err(e.into()),
         }
@@ -250,8 +260,10 @@ impl<'a> Sessions<'a> {
     /// when needed. A message whose `id` the session already holds is not
     /// appended again.
     ///
-    /// Cost: a meta read, a message create and a meta compare-and-swap per
-    /// attempt; attempts repeat only under contention.
+    /// Cost: 3 store round trips in a row — a meta read (plus a meta create
+    /// for a new session), a message create and a meta compare-and-swap;
+    /// under contention each further attempt is a meta read and a
+    /// compare-and-swap.
     ///
     /// # Errors
     /// Store errors, or contention after many retries.
@@ -261,12 +273,15 @@ impl<'a> Sessions<'a> {
         mut message: StoredMessage,
         now: &str,
     ) -> Result<Appended, SessionError> {
-        self.create(id, now).await?;
         let is_user = message.role == "user";
         let mut claimed: Option<u64> = None;
+        // The first attempt works on the meta read (or created) here.
+        let mut first = Some(self.meta_or_create(id, now).await?);
         for attempt in 1..=CAS_ATTEMPTS {
-            let (mut meta, etag) =
-                self.meta(id).await?.ok_or_else(|| SessionError::NotFound(id.as_str().to_owned()))?;
+            let (mut meta, etag) = match first.take() {
+                Some((meta, etag, _)) => (meta, etag),
+                None => self.meta(id).await?.ok_or_else(|| SessionError::NotFound(id.as_str().to_owned()))?,
+            };
             if meta.recent_message_ids.contains(&message.id) {
                 if let Some(seq) = claimed {
                     // A concurrent retry of the same message won: give our slot back.

@@ -8,12 +8,15 @@
 //! - [`model_server`]: a scriptable OpenAI-compatible and Bedrock Converse
 //!   server on a local port, for the LLM clients (binary `model_stub` serves
 //!   its echo answers standalone).
+//! - [`counting`]: a [`skald::store::Store`] wrapper that records every
+//!   call, so tests can assert how many store round trips a route makes.
 //! - [`xml`]: a rendered block parsed back with a real XML parser.
 //! - [`bench_util`]: what the bench binaries (`src/bin/bench*.rs`) share:
 //!   statistics and tables, flags, the demo app over a temporary store, the
 //!   latency proxy and an in-process S3-protocol server.
 
 pub mod bench_util;
+pub mod counting;
 pub mod fixture;
 pub mod model_server;
 pub mod moto;

@@ -232,6 +232,39 @@ async fn a_batch_is_appended_in_order() {
     assert_eq!(count(ok(&again), "message_count"), 4);
 }
 
+/// Each store call is an HTTP round trip on S3, in a row: an append to an
+/// existing session is one meta read, the message create and the meta
+/// compare-and-swap; a new session adds only the meta create.
+#[tokio::test]
+async fn an_append_makes_three_store_round_trips_and_a_first_append_four() {
+    let (store, _dir) = local_store();
+    let counting = skald_tests::counting::CountingStore::new(store);
+    let app = app_over_store(counting.clone());
+    let meta = session_key("default", "trips", "meta.json");
+    let message = |seq: u64| session_key("default", "trips", &format!("messages/{seq:010}.json"));
+    let trips = |calls: Vec<skald_tests::counting::Call>| -> Vec<(&'static str, String)> {
+        calls.into_iter().map(|c| (c.op, c.key)).collect()
+    };
+
+    append(&app, "trips", &json!({"role": "user", "content": "first"})).await;
+    assert_eq!(
+        trips(counting.take()),
+        [
+            ("GET", meta.clone()),
+            ("PUT if-none-match", meta.clone()),
+            ("PUT if-none-match", message(0)),
+            ("PUT if-match", meta.clone()),
+        ]
+    );
+    append(&app, "trips", &json!({"role": "assistant", "content": "second"})).await;
+    assert_eq!(
+        trips(counting.take()),
+        [("GET", meta.clone()), ("PUT if-none-match", message(1)), ("PUT if-match", meta.clone())]
+    );
+    let got = ok(&sessions_get(&app, &session_path("trips")).await).clone();
+    assert_eq!((count(&got, "message_count"), count(&got, "user_turn_count")), (2, 1), "{got}");
+}
+
 #[tokio::test]
 async fn an_append_with_a_known_id_is_counted_once() {
     let (app, _dir) = app().await;
