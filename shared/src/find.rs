@@ -203,12 +203,29 @@ pub async fn find_queries(
     // (CPU) overlap.
     let (snapshot, vectors) = tokio::join!(checked_snapshot(app, identity), app.embedder.embed(queries));
     let snapshot = snapshot?;
+    Ok(find_over(app, identity, params, queries, &snapshot, &vectors?, now).await)
+}
+
+/// [`find_queries`] over a snapshot the caller already took with
+/// [`checked_snapshot`] and the queries' embeddings (one per query, in
+/// order) it already computed, so both could overlap other work.
+///
+/// Cost: one scan per query; with `read_content`, one read per hit (a
+/// body that cannot be read is empty).
+pub async fn find_over(
+    app: &App,
+    identity: &Identity,
+    params: &FindParams,
+    queries: &[&str],
+    snapshot: &IndexSnapshot,
+    vectors: &[Vec<f32>],
+    now: i64,
+) -> Value {
     let filter = build_filter(identity, params);
-    let vectors = vectors?;
     let mut hits: Vec<Hit<'_>> = Vec::new();
     let mut provenance: Vec<Value> = Vec::new();
     if !snapshot.is_empty() {
-        for (query, vector) in queries.iter().zip(&vectors) {
+        for (query, vector) in queries.iter().zip(vectors) {
             let found = snapshot.search(&SearchParams {
                 vector,
                 filter: &filter,
@@ -259,7 +276,7 @@ pub async fn find_queries(
         }
         result["provenance"] = Value::Array(provenance);
     }
-    Ok(result)
+    result
 }
 
 /// One query's provenance entry (the reference's `QueryResult` as

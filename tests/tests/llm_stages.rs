@@ -22,12 +22,13 @@
 //!   context mode with both stages off, bootstrap — not even a connection.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use skald::app::App;
 use skald::config::ModelConfig;
+use skald::embed::{EmbedError, Embedder};
 use skald::llm::Models;
 use skald::llm::bedrock::BedrockChat;
 use skald::llm::bedrock::aws_sdk_bedrockruntime;
@@ -655,6 +656,54 @@ async fn planned_queries_bring_in_hits_the_original_query_misses() {
     let original_matches: Vec<&Value> =
         provenance[0]["matched_contexts"].as_array().expect("matches").iter().map(|m| &m["uri"]).collect();
     assert!(!original_matches.contains(&&json!(DINNER)), "the original query alone misses it: {original_matches:?}");
+}
+
+/// An embedder that records each call's texts and when it started.
+#[derive(Debug)]
+struct RecordingEmbedder {
+    inner: Arc<dyn Embedder>,
+    calls: Mutex<Vec<(Vec<String>, Instant)>>,
+}
+
+#[async_trait::async_trait]
+impl Embedder for RecordingEmbedder {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+
+    fn dimension(&self) -> usize {
+        self.inner.dimension()
+    }
+
+    async fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let owned = texts.iter().map(|t| (*t).to_owned()).collect();
+        self.calls.lock().expect("calls").push((owned, Instant::now()));
+        self.inner.embed(texts).await
+    }
+}
+
+/// The original query is embedded with the session read, not after the
+/// plan: the planner's answer (held back 300 ms here) only adds one call for
+/// the planned queries — in context mode and in list mode alike.
+#[tokio::test]
+async fn the_original_query_is_embedded_while_the_planner_thinks() {
+    const HELD: Duration = Duration::from_millis(300);
+    let server = ModelServer::start().await;
+    server.on(EXPAND_MARKER, ModelReply::Delay(HELD, Box::new(ModelReply::Text(PLAN.into()))));
+    let (app, _dirs) = app_with_model(&server).await;
+    append(&app, "plan", "user", "remember that evening by the sea?").await;
+    let recorder = Arc::new(RecordingEmbedder { inner: Arc::clone(&app.embedder), calls: Mutex::default() });
+    let app = Arc::new(App::with_parts(app.config.clone(), Arc::clone(&app.store), recorder.clone()));
+    let planned = ["Dinner with the family at the seaside restaurant", "Tomatoes need sun and water every morning"];
+    for body in [ctx_body(&json!({"session_id": "plan"})), json!({"query": QUERY, "session_id": "plan"})] {
+        let reply = search_reply(&app, &body).await;
+        ok(&reply);
+        let calls = std::mem::take(&mut *recorder.calls.lock().expect("calls"));
+        let texts: Vec<&Vec<String>> = calls.iter().map(|(texts, _)| texts).collect();
+        assert_eq!(texts, [&vec![QUERY.to_owned()], &planned.map(str::to_owned).to_vec()], "{body}");
+        let waited = calls[1].1 - calls[0].1;
+        assert!(waited >= HELD, "the original was embedded only {waited:?} before the plan came: {body}");
+    }
 }
 
 #[tokio::test]

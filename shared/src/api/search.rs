@@ -22,7 +22,7 @@ use crate::assemble::params::{
 use crate::assemble::{Assembled, assemble, assemble_over};
 use crate::config::RetrievalConfig;
 use crate::deadline::Deadline;
-use crate::find::{authorize_targets, checked_snapshot, find, find_queries};
+use crate::find::{authorize_targets, checked_snapshot, find, find_over};
 use crate::identity::Identity;
 use crate::index::{Category, Exclusion};
 use crate::ledger::{DedupStatus, Ledger};
@@ -403,19 +403,56 @@ async fn list(app: &App, admitted: &Admitted<'_>, request: &SearchRequest) -> Re
         Some(id) if expansion_enabled(app, true) => id,
         _ => return find(app, identity, &params, admitted.now).await,
     };
-    let loaded = load_session(app, identity, &session, 0, true).await?;
+    // The session read, the index revalidation and the original query's
+    // embedding go out together.
+    let original = [params.query.as_str()];
+    let (loaded, snapshot, original) = tokio::join!(
+        load_session(app, identity, &session, 0, true),
+        checked_snapshot(app, identity),
+        app.embedder.embed(&original),
+    );
+    let (loaded, snapshot, original) = (loaded?, snapshot?, original?);
     let expansion = expand_query(app, &loaded, &params.query, &admitted.deadline).await;
-    let Some(plan) = expansion.plan.as_ref().filter(|_| expansion.status == ExpansionStatus::Used) else {
-        if let Some(error) = &expansion.error {
-            tracing::warn!(status = expansion.status.as_str(), error, "list-mode query expansion fell back to find");
-        }
-        return find(app, identity, &params, admitted.now).await;
+    let plan = expansion.plan.as_ref().filter(|_| expansion.status == ExpansionStatus::Used);
+    if plan.is_none()
+        && let Some(error) = &expansion.error
+    {
+        tracing::warn!(status = expansion.status.as_str(), error, "list-mode query expansion fell back to find");
+    }
+    // A failed or late expansion searches the original query alone: `find`.
+    let queries: Vec<&str> = match plan {
+        Some(_) => expansion.queries.iter().map(String::as_str).collect(),
+        None => vec![params.query.as_str()],
     };
-    let queries: Vec<&str> = expansion.queries.iter().map(String::as_str).collect();
-    let mut result = find_queries(app, identity, &params, &queries, admitted.now).await?;
-    // After `total`, as the reference's `FindResult.to_dict` orders it.
-    result["query_plan"] = plan.to_json();
+    let vectors = with_planned_embeddings(app, (&params.query, original), &queries).await?;
+    let mut result = find_over(app, identity, &params, &queries, &snapshot, &vectors, admitted.now).await;
+    if let Some(plan) = plan {
+        // After `total`, as the reference's `FindResult.to_dict` orders it.
+        result["query_plan"] = plan.to_json();
+    }
     Ok(result)
+}
+
+/// The embeddings of `queries` — the original query first, then the
+/// planned ones — given the original's (`embedded`, of `original`),
+/// computed while the session was read: one embedding call for the
+/// planned queries, none without them.
+///
+/// # Errors
+/// 503 when the embedder fails.
+async fn with_planned_embeddings(
+    app: &App,
+    (original, embedded): (&str, Vec<Vec<f32>>),
+    queries: &[&str],
+) -> Result<Vec<Vec<f32>>, ApiError> {
+    let Some((_, planned)) = queries.split_first().filter(|(first, _)| **first == original) else {
+        return Ok(app.embedder.embed(queries).await?);
+    };
+    let mut vectors = embedded;
+    if !planned.is_empty() {
+        vectors.extend(app.embedder.embed(planned).await?);
+    }
+    Ok(vectors)
 }
 
 fn parse_session_id(id: &str) -> Result<SessionId, ApiError> {
@@ -583,15 +620,18 @@ pub async fn context(
         Rewrite::Auto => app.models.has_dedicated_planner(),
     };
     let session = request.session_id.as_deref().map(parse_session_id).transpose()?;
-    let (loaded, snapshot) = match &session {
+    let (loaded, prepared) = match &session {
         Some(id) if request.dedup_turns > 0 || wants_expansion || wants_rewrite => {
-            // The index revalidation needs neither the session nor the
-            // plan: it goes out with the session read.
-            let (loaded, snapshot) = tokio::join!(
+            // The index revalidation and the original query's embedding
+            // need neither the session nor the plan: they go out with the
+            // session read.
+            let original = [query];
+            let (loaded, snapshot, original) = tokio::join!(
                 load_session(app, identity, id, request.dedup_turns, wants_expansion || wants_rewrite),
                 checked_snapshot(app, identity),
+                app.embedder.embed(&original),
             );
-            (Some(loaded?), Some(snapshot?))
+            (Some(loaded?), Some((snapshot?, original?)))
         }
         _ => (None, None),
     };
@@ -605,8 +645,12 @@ pub async fn context(
     }
     let mut params = request.assemble.clone();
     params.queries.clone_from(&expansion.queries);
-    let mut assembled = match &snapshot {
-        Some(snapshot) => assemble_over(app, identity, &params, &exclusion, snapshot).await?,
+    let mut assembled = match prepared {
+        Some((snapshot, original)) => {
+            let queries: Vec<&str> = params.queries.iter().map(String::as_str).collect();
+            let vectors = with_planned_embeddings(app, (query, original), &queries).await?;
+            assemble_over(app, identity, &params, &exclusion, &snapshot, vectors).await?
+        }
         None => assemble(app, identity, &params, &exclusion).await?,
     };
     let empty = SessionContext::default();

@@ -140,23 +140,23 @@ pub async fn assemble(
 }
 
 /// [`assemble`] over a snapshot the caller already took with
-/// [`crate::find::checked_snapshot`] — so that its revalidation could
-/// overlap other work (context mode sends it with the session read).
+/// [`crate::find::checked_snapshot`] and the queries' embeddings (one per
+/// `params.queries`, in order) it already computed — so that both could
+/// overlap other work (context mode sends them with the session read).
 ///
-/// Cost: as [`assemble`] without the revalidation.
+/// Cost: as [`assemble`] without the revalidation and the embedding.
 ///
 /// # Errors
-/// 503 when the embedder or store fails.
+/// 503 when the store fails.
 pub async fn assemble_over(
     app: &App,
     identity: &Identity,
     params: &AssembleParams,
     exclusion: &Exclusion,
     snapshot: &IndexSnapshot,
+    vectors: Vec<Vec<f32>>,
 ) -> Result<Assembled, ApiError> {
-    let texts: Vec<&str> = params.queries.iter().map(String::as_str).collect();
-    let vectors = app.embedder.embed(&texts).await;
-    assemble_with(app, identity, params, exclusion, snapshot, vectors).await
+    assemble_with(app, identity, params, exclusion, snapshot, Ok(vectors)).await
 }
 
 async fn assemble_with(
