@@ -6,6 +6,7 @@
 //! override) and the models (`SKALD_LLM_*`, `SKALD_QUERY_PLANNER_*`, see
 //! [`ModelConfig::from_env_prefix`]) from the environment.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -332,6 +333,59 @@ pub struct RetrievalConfig {
     pub stage_reserve_ms: u64,
     /// Whether query expansion may run at all. Default true.
     pub enable_intent: bool,
+    /// Purpose presets by name: a name `chat` or `coding` replaces that
+    /// built-in preset, any other name adds one that requests may send as
+    /// `purpose`. Default: none (the built-in `chat` and `coding` only).
+    pub purpose_profiles: BTreeMap<String, PurposeProfileConfig>,
+}
+
+/// One configured purpose preset (`retrieval.purpose_profiles.<name>`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PurposeProfileConfig {
+    /// Entries per bucket; keys `events`, `entities`, `preferences`,
+    /// `experiences`, `resources`, `skills` (a bucket not named gets none),
+    /// each at most [`MAX_PROFILE_QUOTA`], at least one above 0.
+    pub quotas: BTreeMap<String, usize>,
+    /// The share of `max_tokens` event entries may take, in (0, 1].
+    /// Default: the built-in preset's of the same name; none (no cap) for a
+    /// new name.
+    pub events_budget_share: Option<f64>,
+}
+
+/// The largest quota a configured preset may give a bucket (as a request's
+/// `quotas`).
+pub const MAX_PROFILE_QUOTA: usize = 1000;
+
+impl PurposeProfileConfig {
+    /// Checks the preset named `name`; the message names the bad key.
+    fn validate(&self, name: &str) -> Result<(), String> {
+        let key = format!("retrieval.purpose_profiles.{name}");
+        let valid_name = !name.is_empty()
+            && name.len() <= 64
+            && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        if !valid_name {
+            return Err(format!("{key}: a purpose name is 1 to 64 of a-z, 0-9, '_' and '-'"));
+        }
+        for (bucket, &n) in &self.quotas {
+            let known = crate::index::Category::parse(bucket).is_some_and(|c| c != crate::index::Category::Memories);
+            if !known {
+                return Err(format!(
+                    "{key}.quotas: unknown bucket {bucket:?}; allowed: events, entities, preferences, experiences, resources, skills"
+                ));
+            }
+            if n > MAX_PROFILE_QUOTA {
+                return Err(format!("{key}.quotas.{bucket}: {n} is more than {MAX_PROFILE_QUOTA}"));
+            }
+        }
+        if self.quotas.values().all(|&n| n == 0) {
+            return Err(format!("{key}.quotas: at least one bucket needs a quota above 0"));
+        }
+        if let Some(share) = self.events_budget_share.filter(|s| !(s.is_finite() && *s > 0.0 && *s <= 1.0)) {
+            return Err(format!("{key}.events_budget_share must be in (0, 1], not {share}"));
+        }
+        Ok(())
+    }
 }
 
 impl Default for RetrievalConfig {
@@ -342,6 +396,7 @@ impl Default for RetrievalConfig {
             gateway_timeout_s: 29.0,
             stage_reserve_ms: 1_000,
             enable_intent: true,
+            purpose_profiles: BTreeMap::new(),
         }
     }
 }
@@ -375,6 +430,9 @@ impl Config {
                     message: format!("{key} must be a positive number of seconds, not {value}"),
                 });
             }
+        }
+        for (name, profile) in &config.retrieval.purpose_profiles {
+            profile.validate(name).map_err(|message| ConfigError::Invalid { path: origin.to_owned(), message })?;
         }
         config.base_dir = base_dir.to_path_buf();
         Ok(config)
@@ -509,6 +567,33 @@ mod tests {
             std::time::Duration::from_millis(2500)
         );
         assert_eq!(c.retrieval.stage_reserve_ms, 1000);
+    }
+
+    #[test]
+    fn purpose_profiles_are_checked_by_key() {
+        let ok = r#"{"retrieval": {"purpose_profiles": {
+            "support": {"quotas": {"entities": 6, "resources": 4}, "events_budget_share": 0.5},
+            "chat": {"quotas": {"events": 3}}}}}"#;
+        let c = Config::from_json(ok, "t.json", Path::new(".")).expect("valid");
+        let support = &c.retrieval.purpose_profiles["support"];
+        assert_eq!(support.quotas.get("entities"), Some(&6));
+        assert_eq!(support.events_budget_share, Some(0.5));
+        assert_eq!(c.retrieval.purpose_profiles["chat"].events_budget_share, None);
+        for (bad, names) in [
+            (r#"{"Chat!": {"quotas": {"events": 1}}}"#, "retrieval.purpose_profiles.Chat!"),
+            (r#"{"x": {"quotas": {"memories": 1}}}"#, "unknown bucket \"memories\""),
+            (r#"{"x": {"quotas": {"events": 1001}}}"#, "retrieval.purpose_profiles.x.quotas.events"),
+            (r#"{"x": {"quotas": {"events": 0}}}"#, "at least one bucket"),
+            (r#"{"x": {"quotas": {}}}"#, "at least one bucket"),
+            (r#"{"x": {"quotas": {"events": 1}, "events_budget_share": 0}}"#, "events_budget_share must be in (0, 1]"),
+            (r#"{"x": {"quotas": {"events": 1}, "events_budget_share": 1.5}}"#, "events_budget_share"),
+            (r#"{"x": {"quotas": {"events": -1}}}"#, "invalid value"),
+            (r#"{"x": {"quota": {"events": 1}}}"#, "unknown field `quota`"),
+        ] {
+            let text = format!(r#"{{"retrieval": {{"purpose_profiles": {bad}}}}}"#);
+            let err = Config::from_json(&text, "t.json", Path::new(".")).expect_err(bad);
+            assert!(err.to_string().contains(names), "{bad}: {err}");
+        }
     }
 
     #[test]

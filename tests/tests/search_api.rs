@@ -30,7 +30,8 @@ use serde_json::{Value, json};
 use skald::app::App;
 use skald::tokens::estimate_tokens;
 use skald_tests::fixture::{
-    CONTEXT_CORPUS, SEARCH_PATH, TempDirs, app_with_corpus, call_search, find, post_search_json, request_to, search,
+    CONTEXT_CORPUS, SEARCH_PATH, TempDirs, app_with_config, app_with_corpus, call_search, find, post_search_json,
+    request_to, search,
 };
 
 const BAD_REQUESTS: &str = include_str!("../fixtures/search/bad_requests.json");
@@ -790,6 +791,43 @@ async fn quotas_bound_each_bucket_and_are_echoed() {
     );
 }
 
+/// `retrieval.purpose_profiles` replaces a built-in preset (here `coding`,
+/// which `/recall` uses by default) or adds a purpose requests may name.
+#[tokio::test]
+async fn configured_purpose_profiles_replace_and_extend_the_presets() {
+    let profiles = json!({
+        "support": {"quotas": {"entities": 2, "resources": 1}, "events_budget_share": 0.5},
+        "coding": {"quotas": {"events": 2, "skills": 1}}
+    });
+    let (app, _dirs) = app_with_config(CONTEXT_CORPUS, |config| {
+        config.retrieval.purpose_profiles = serde_json::from_value(profiles).expect("profiles");
+    })
+    .await;
+    let result = context(&app, &ctx_body(&json!({"purpose": "support"}))).await;
+    assert_eq!(result["stats"]["purpose"], "support");
+    assert_eq!(result["stats"]["quotas"], json!({"entities": 2, "resources": 1}));
+    let categories = categories_of(&result);
+    assert!(categories.keys().all(|c| c == "entities" || c == "resources"), "{categories:?}");
+    assert!(categories.values().sum::<usize>() <= 3, "{categories:?}");
+
+    let coding = json!({"events": 2, "skills": 1});
+    let result = context(&app, &ctx_body(&json!({"purpose": "coding"}))).await;
+    assert_eq!(result["stats"]["quotas"], coding, "the configured coding preset replaces the built-in one");
+    let recalled = skald_tests::fixture::recall(&app, &json!({"query": QUERY})).await;
+    assert_eq!(recalled.status, 200, "{}", recalled.text);
+    assert_eq!(recalled.json["result"]["stats"]["quotas"], coding, "/recall's default purpose is coding");
+
+    // Names outside the configured and built-in ones are refused, listing them.
+    let (status, json) = search(&app, &ctx_body(&json!({"purpose": "sales"}))).await;
+    assert_eq!(status, 400, "{json}");
+    let message = json["error"]["message"].as_str().expect("message");
+    assert!(message.contains("body.purpose: Input should be 'chat', 'coding' or 'support'"), "{message}");
+    // Without configuration the name is unknown.
+    let (plain, _dirs) = ctx_app().await;
+    let (status, json) = search(&plain, &ctx_body(&json!({"purpose": "support"}))).await;
+    assert_eq!(status, 400, "{json}");
+}
+
 #[tokio::test]
 async fn purpose_presets_set_the_quotas_and_limit_is_ignored_with_them() {
     let (app, _dirs) = ctx_app().await;
@@ -827,11 +865,11 @@ async fn purpose_presets_set_the_quotas_and_limit_is_ignored_with_them() {
     let result =
         context(&app, &ctx_body(&json!({"context_type": "skill", "events_time_decay_protection": "7d"}))).await;
     assert_eq!(result["stats"]["ignored"], json!(["context_type", "events_time_decay_protection"]));
+    assert!(categories_of(&result).keys().any(|c| c != "skills"), "not narrowed to skills: {:?}", uris(&result));
     // Provenance is a list-mode view: asked for in context mode, it is reported.
     let result = context(&app, &ctx_body(&json!({"include_provenance": true}))).await;
     assert_eq!(result["stats"]["ignored"], json!(["include_provenance"]), "{}", result["stats"]);
     assert!(result.get("provenance").is_none());
-    assert!(categories_of(&result).keys().any(|c| c != "skills"), "not narrowed to skills: {:?}", uris(&result));
     // Explicit quotas win over the preset's, the purpose is still reported.
     let result = context(&app, &ctx_body(&json!({"purpose": "chat", "quotas": {"events": 1}}))).await;
     assert_eq!(result["stats"]["quotas"], json!({"events": 1}));

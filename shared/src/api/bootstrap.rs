@@ -29,7 +29,7 @@ async fn run(app: &App, admitted: &Admitted<'_>) -> Result<(Value, bool), ApiErr
     }
     map.insert("mode".into(), Value::String("bootstrap".into()));
     let bytes = serde_json::to_vec(&map).map_err(|e| ApiError::Internal(e.to_string()))?;
-    let request = parse(&bytes, admitted.now)?;
+    let request = parse(&bytes, admitted.now, &app.config.retrieval.purpose_profiles)?;
     let result = bootstrap(app, &admitted.identity, &request, admitted.now).await?;
     Ok((result, request.common.telemetry))
 }

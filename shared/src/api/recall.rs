@@ -176,7 +176,7 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
 async fn run(app: &App, admitted: &Admitted<'_>) -> Result<(Value, Vec<&'static str>, bool), ApiError> {
     let folded = fold(admitted.body)?;
     let bytes = serde_json::to_vec(&Value::Object(folded.body)).map_err(|e| ApiError::Internal(e.to_string()))?;
-    let mut request = parse(&bytes, admitted.now)?;
+    let mut request = parse(&bytes, admitted.now, &app.config.retrieval.purpose_profiles)?;
     request.assemble.render = folded.render;
     super::find::check_query(app, &request.common.params.query, request.common.has_image)?;
     let mut result = super::search::context(app, &admitted.identity, &request, &admitted.deadline).await?;

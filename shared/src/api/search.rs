@@ -17,10 +17,10 @@ use super::{Admitted, admit, error_response, ok, telemetry, within_deadline};
 use crate::app::App;
 use crate::assemble::params::{
     AssembleParams, DEFAULT_SCORE_THRESHOLD, DETAIL_KEYS, Detail, MAX_EXCLUDE_URIS, MAX_MAX_TOKENS, MIN_MAX_TOKENS,
-    PeerScope, QUOTA_KEYS, Tier, builtin_purpose, default_penalties,
+    PeerScope, QUOTA_KEYS, Tier, default_penalties, purpose_names, purpose_profile,
 };
 use crate::assemble::{Assembled, assemble, assemble_over};
-use crate::config::RetrievalConfig;
+use crate::config::{PurposeProfileConfig, RetrievalConfig};
 use crate::deadline::Deadline;
 use crate::find::{authorize_targets, checked_snapshot, find, find_over};
 use crate::identity::Identity;
@@ -109,12 +109,17 @@ fn value_error(field: &str, message: impl std::fmt::Display) -> FieldError {
     FieldError::new(field, "value_error", format!("Value error, {message}"))
 }
 
-/// Parses a search body (`now` resolves relative times) and validates the
-/// combination of fields.
+/// Parses a search body (`now` resolves relative times; `purpose` names a
+/// built-in preset or one of `profiles`, `retrieval.purpose_profiles`) and
+/// validates the combination of fields.
 ///
 /// # Errors
 /// 400 naming every invalid field.
-pub fn parse(bytes: &[u8], now: i64) -> Result<SearchRequest, ApiError> {
+pub fn parse(
+    bytes: &[u8],
+    now: i64,
+    profiles: &BTreeMap<String, PurposeProfileConfig>,
+) -> Result<SearchRequest, ApiError> {
     let mut body = Body::parse(bytes, &all_fields())?;
     let common = parse_common(&mut body, now);
     let mode = match body.literal("mode", &["list", "context", "bootstrap"]).as_deref() {
@@ -153,7 +158,7 @@ pub fn parse(bytes: &[u8], now: i64) -> Result<SearchRequest, ApiError> {
                 ));
             }
         }
-        Mode::Context => parse_context(&mut body, &mut request),
+        Mode::Context => parse_context(&mut body, &mut request, profiles),
         Mode::Bootstrap => {
             let sent: Vec<&str> =
                 all_fields().into_iter().filter(|f| body.sent(f) && !BOOTSTRAP_FIELDS.contains(f)).collect();
@@ -169,7 +174,7 @@ pub fn parse(bytes: &[u8], now: i64) -> Result<SearchRequest, ApiError> {
     Ok(request)
 }
 
-fn parse_context(body: &mut Body, request: &mut SearchRequest) {
+fn parse_context(body: &mut Body, request: &mut SearchRequest, profiles: &BTreeMap<String, PurposeProfileConfig>) {
     let common = &request.common;
     if !common.targets.is_empty() {
         body.error(value_error("target_uri", "target_uri is not supported in mode='context'"));
@@ -189,9 +194,9 @@ fn parse_context(body: &mut Body, request: &mut SearchRequest) {
         p.max_tokens = usize::try_from(n).unwrap_or(MIN_MAX_TOKENS);
     }
     let quotas = parse_quotas(body);
-    if let Some(name) = body.literal("purpose", &["chat", "coding"]) {
-        if let Some(profile) = builtin_purpose(&name) {
-            p.events_budget_share = Some(profile.events_budget_share);
+    if let Some(name) = body.literal("purpose", &purpose_names(profiles)) {
+        if let Some(profile) = purpose_profile(&name, profiles) {
+            p.events_budget_share = profile.events_budget_share;
             p.quotas = Some(profile.quotas);
         }
         p.purpose = Some(name);
@@ -374,7 +379,7 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
 }
 
 async fn run(app: &App, admitted: &Admitted<'_>) -> Result<(Value, bool), ApiError> {
-    let request = parse(admitted.body, admitted.now)?;
+    let request = parse(admitted.body, admitted.now, &app.config.retrieval.purpose_profiles)?;
     if request.mode != Mode::Bootstrap {
         check_query(app, &request.common.params.query, request.common.has_image)?;
     }

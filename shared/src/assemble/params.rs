@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
+use crate::config::PurposeProfileConfig;
 use crate::index::Category;
 use crate::index::filter::{FilterExpr, TimeRange};
 
@@ -150,8 +151,8 @@ pub type Quotas = BTreeMap<Category, usize>;
 pub struct PurposeProfile {
     /// Quotas per bucket (each at least 1).
     pub quotas: Quotas,
-    /// The share of `max_tokens` event entries may take.
-    pub events_budget_share: f64,
+    /// The share of `max_tokens` event entries may take (`None`: no cap).
+    pub events_budget_share: Option<f64>,
 }
 
 /// The built-in presets (the RFC's table): `chat` and `coding`.
@@ -162,7 +163,33 @@ pub fn builtin_purpose(name: &str) -> Option<PurposeProfile> {
         "coding" => ([4, 6, 2, 4, 8, 6], 0.40),
         _ => return None,
     };
-    Some(PurposeProfile { quotas: QUOTA_KEYS.iter().copied().zip(numbers).collect(), events_budget_share: share })
+    Some(PurposeProfile { quotas: QUOTA_KEYS.iter().copied().zip(numbers).collect(), events_budget_share: Some(share) })
+}
+
+/// The preset a request's `purpose` names: the configured one
+/// (`retrieval.purpose_profiles`) when there is one, else the built-in one.
+/// A configured preset without `events_budget_share` takes the built-in
+/// preset's of the same name, or none.
+#[must_use]
+pub fn purpose_profile(name: &str, configured: &BTreeMap<String, PurposeProfileConfig>) -> Option<PurposeProfile> {
+    let Some(profile) = configured.get(name) else { return builtin_purpose(name) };
+    Some(PurposeProfile {
+        // Bucket names were checked when the configuration was read.
+        quotas: profile.quotas.iter().filter_map(|(bucket, &n)| Some((Category::parse(bucket)?, n))).collect(),
+        events_budget_share: profile
+            .events_budget_share
+            .or_else(|| builtin_purpose(name).and_then(|b| b.events_budget_share)),
+    })
+}
+
+/// Every purpose name a request may send, sorted: `chat`, `coding` and the
+/// configured ones.
+#[must_use]
+pub fn purpose_names(configured: &BTreeMap<String, PurposeProfileConfig>) -> Vec<&str> {
+    let mut names: Vec<&str> = ["chat", "coding"].into_iter().chain(configured.keys().map(String::as_str)).collect();
+    names.sort_unstable();
+    names.dedup();
+    names
 }
 
 /// Default penalties subtracted from other peers' scores, per category.
@@ -247,7 +274,7 @@ mod tests {
     fn presets_are_the_rfc_table_with_every_bucket_at_least_one() {
         let coding = builtin_purpose("coding").expect("coding");
         assert_eq!(coding.quotas.get(&Category::Resources), Some(&8));
-        assert_eq!(coding.events_budget_share, 0.40);
+        assert_eq!(coding.events_budget_share, Some(0.40));
         let chat = builtin_purpose("chat").expect("chat");
         assert_eq!(chat.quotas.get(&Category::Events), Some(&10));
         for preset in [coding, chat] {
@@ -255,6 +282,29 @@ mod tests {
             assert!(preset.quotas.values().all(|q| *q >= 1));
         }
         assert!(builtin_purpose("other").is_none());
+    }
+
+    #[test]
+    fn configured_presets_replace_or_extend_the_built_in_ones() {
+        let config = |quotas: &[(&str, usize)], share: Option<f64>| PurposeProfileConfig {
+            quotas: quotas.iter().map(|(k, n)| ((*k).to_owned(), *n)).collect(),
+            events_budget_share: share,
+        };
+        let configured: BTreeMap<String, PurposeProfileConfig> = [
+            ("chat".to_owned(), config(&[("events", 3)], None)),
+            ("support".to_owned(), config(&[("entities", 5), ("skills", 1)], Some(0.5))),
+        ]
+        .into();
+        let chat = purpose_profile("chat", &configured).expect("chat");
+        assert_eq!(chat.quotas, [(Category::Events, 3)].into(), "replaced, not merged");
+        assert_eq!(chat.events_budget_share, Some(0.75), "the built-in share when none is configured");
+        let support = purpose_profile("support", &configured).expect("support");
+        assert_eq!(support.quotas, [(Category::Entities, 5), (Category::Skills, 1)].into());
+        assert_eq!(support.events_budget_share, Some(0.5));
+        assert_eq!(purpose_profile("coding", &configured), builtin_purpose("coding"));
+        assert!(purpose_profile("other", &configured).is_none());
+        assert_eq!(purpose_names(&configured), ["chat", "coding", "support"]);
+        assert_eq!(purpose_names(&BTreeMap::new()), ["chat", "coding"]);
     }
 
     #[test]

@@ -299,7 +299,9 @@ async fn verify(target: &Target<'_>, json: &Value, calls: Option<&[Call]>) -> Op
 /// The assembly line piece by piece (the library's own functions, in the
 /// order `skald::assemble::assemble` calls them).
 async fn phases(app: &App, identity: &Identity, body: &Value, out: &mut Phases) {
-    let request = skald::api::search::parse(body.to_string().as_bytes(), now()).unwrap_or_else(|e| fail("parse", e));
+    let profiles = &app.config.retrieval.purpose_profiles;
+    let request =
+        skald::api::search::parse(body.to_string().as_bytes(), now(), profiles).unwrap_or_else(|e| fail("parse", e));
     let params = &request.assemble;
     let exclusion = Exclusion { subtrees: params.exclude.clone(), ..Exclusion::default() };
 

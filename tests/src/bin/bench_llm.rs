@@ -800,7 +800,8 @@ async fn measure_pieces(app: &App, server: &ModelServer, args: &Args) -> Pieces 
     let embed_1 = p50(&time_each(rounds, warmup, embed(&ONE)).await);
     let embed_3 = p50(&time_each(rounds, warmup, embed(&THREE)).await);
 
-    let request = skald::api::search::parse(body(None, false, false, false).to_string().as_bytes(), now())
+    let profiles = std::collections::BTreeMap::new();
+    let request = skald::api::search::parse(body(None, false, false, false).to_string().as_bytes(), now(), &profiles)
         .unwrap_or_else(|e| fail("parse the request", format!("{e:?}")));
     let mut params_1 = request.assemble.clone();
     params_1.queries = ONE.iter().map(|q| (*q).to_owned()).collect();
