@@ -411,7 +411,12 @@ pub async fn ingest_dir(
     Ok(report)
 }
 
-async fn commit_batch(
+/// Embeds `batch` and commits it with `tombstones` as one segment (nothing
+/// when both are empty).
+///
+/// # Errors
+/// Embedder, store or index failures.
+pub(crate) async fn commit_batch(
     store: &SharedStore,
     account: &AccountId,
     embedder: &dyn Embedder,

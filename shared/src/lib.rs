@@ -14,6 +14,7 @@ pub mod embed;
 pub mod find;
 pub mod identity;
 pub mod index;
+pub mod indexer;
 pub mod ingest;
 pub mod ledger;
 #[cfg(feature = "llm")]

@@ -1,0 +1,298 @@
+//! The `indexer` function's work: keeps an account's vector index in step
+//! with its content tree after objects change in the store (S3 event
+//! notifications in production, CONTRACT §1).
+//!
+//! It is state-based, not event-based: for every node a change names, it
+//! reads what the store holds now and indexes that — a missing object
+//! removes the node's records. So a notification delivered twice, late, or
+//! out of order still leaves the index matching the store, and a node whose
+//! source hash is unchanged (an `ingest` that already committed it) costs
+//! a read and no embedding.
+//!
+//! Record building is [`crate::ingest`]'s ([`file_record`],
+//! [`directory_records`]): a node indexed from S3 is the record `ingest`
+//! makes from the same bytes, except for its times.
+
+use std::collections::BTreeMap;
+
+use crate::app::App;
+use crate::identity::AccountId;
+use crate::index::record::{LEVEL_ABSTRACT, LEVEL_FILE, LEVEL_OVERVIEW, classify};
+use crate::index::{IndexError, IndexSnapshot, Tombstone};
+use crate::ingest::{
+    ABSTRACT_SIDECAR, IngestError, IngestOptions, OVERVIEW_SIDECAR, Pending, Times, commit_batch, directory_records,
+    file_record,
+};
+use crate::store::{SharedStore, StoreError};
+use crate::uri::{VikingUri, tree_key};
+
+/// One changed object, as a notification names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// The object's key relative to the store's root (without the
+    /// deployment's key prefix), e.g. `accounts/acme/tree/resources/a.md`.
+    pub key: String,
+    /// When it changed, Unix seconds: the record's `updated_at` (and its
+    /// `created_at` when the node is new).
+    pub at: i64,
+}
+
+/// A node of the tree a change touches.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Node {
+    /// A file: its level-2 record.
+    File(VikingUri),
+    /// A directory whose `.abstract.md` or `.overview.md` changed: its
+    /// level-0 and level-1 records.
+    Dir(VikingUri),
+}
+
+/// Why a key is not indexed (logged, never an error: the bucket holds
+/// index segments, sessions and ledgers too).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ignored {
+    /// Not under `accounts/{account}/tree/`.
+    NotInTree,
+    /// Under a tree, but sessions, hidden files and hidden directories are
+    /// never indexed.
+    NeverIndexed,
+    /// The account id or the path is not valid.
+    Invalid(String),
+}
+
+/// Which account and node a store key belongs to.
+///
+/// # Errors
+/// [`Ignored`] saying why the key is not an indexable node.
+pub fn node_of(key: &str) -> Result<(AccountId, Node), Ignored> {
+    let mut parts = key.splitn(4, '/');
+    let (Some("accounts"), Some(account), Some("tree"), Some(path)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(Ignored::NotInTree);
+    };
+    let account = AccountId::new(account).map_err(|e| Ignored::Invalid(e.to_string()))?;
+    let uri = VikingUri::from_path(path).map_err(|e| Ignored::Invalid(e.to_string()))?;
+    let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+    if parent.split('/').any(|segment| segment.starts_with('.')) {
+        return Err(Ignored::NeverIndexed);
+    }
+    if name == ABSTRACT_SIDECAR || name == OVERVIEW_SIDECAR {
+        let dir = VikingUri::from_path(parent).map_err(|e| Ignored::Invalid(e.to_string()))?;
+        return if classify(&dir).is_some() && !dir.path().is_empty() {
+            Ok((account, Node::Dir(dir)))
+        } else {
+            Err(Ignored::NeverIndexed)
+        };
+    }
+    if name.starts_with('.') || classify(&uri).is_none() {
+        return Err(Ignored::NeverIndexed);
+    }
+    Ok((account, Node::File(uri)))
+}
+
+/// Totals of one run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IndexerReport {
+    /// Records written (new or changed).
+    pub indexed: usize,
+    /// Records removed (their object is gone, or no longer UTF-8 text).
+    pub removed: usize,
+    /// Nodes whose source is unchanged.
+    pub unchanged: usize,
+    /// Keys that are not indexable nodes.
+    pub ignored: usize,
+}
+
+/// Brings the index of every account the changes touch in step with the
+/// store: reads each named node as the store holds it now, and commits one
+/// segment per account with the changed records and the removals.
+///
+/// Cost per account: one index revalidation (through the app's cache), one
+/// GET per file and two per directory (concurrently), one embedding call
+/// for the changed nodes, one segment PUT and a manifest compare-and-swap.
+///
+/// # Errors
+/// Store, index (an embedder mismatch among them) or embedder failures; the
+/// accounts handled before the failure stay committed, and a retry of the
+/// whole run is safe.
+pub async fn apply(app: &App, changes: &[Change]) -> Result<IndexerReport, IngestError> {
+    let mut report = IndexerReport::default();
+    let mut by_account: BTreeMap<AccountId, BTreeMap<Node, i64>> = BTreeMap::new();
+    for change in changes {
+        match node_of(&change.key) {
+            Ok((account, node)) => {
+                let at = by_account.entry(account).or_default().entry(node).or_insert(change.at);
+                *at = (*at).max(change.at);
+            }
+            Err(why) => {
+                tracing::debug!(key = %change.key, ?why, "not an indexable node");
+                report.ignored += 1;
+            }
+        }
+    }
+    let options = IngestOptions {
+        abstract_max_bytes: app.config.index.abstract_max_bytes,
+        embed_max_bytes: app.config.index.embed_max_bytes,
+        ..IngestOptions::default()
+    };
+    let info = app.embedder_info();
+    for (account, nodes) in by_account {
+        let snapshot = app.index.snapshot(&account).await?;
+        if let Some(built) = snapshot.embedder().filter(|b| **b != info) {
+            return Err(IndexError::EmbedderMismatch {
+                account: account.to_string(),
+                index: built.to_string(),
+                configured: info.to_string(),
+            }
+            .into());
+        }
+        let mut pending: Vec<Pending> = Vec::new();
+        let mut tombstones: Vec<Tombstone> = Vec::new();
+        for (node, at) in nodes {
+            let step = match &node {
+                Node::File(uri) => file_step(&app.store, &account, &snapshot, uri, at, &options).await?,
+                Node::Dir(uri) => dir_step(&app.store, &account, &snapshot, uri, at, &options).await?,
+            };
+            if step.pending.is_empty() && step.tombstones.is_empty() {
+                report.unchanged += 1;
+            }
+            report.indexed += step.pending.len();
+            report.removed += step.tombstones.len();
+            pending.extend(step.pending);
+            tombstones.extend(step.tombstones);
+        }
+        commit_batch(&app.store, &account, app.embedder.as_ref(), &info, pending, tombstones).await?;
+    }
+    Ok(report)
+}
+
+/// What one node changes in the index.
+#[derive(Debug, Default)]
+struct Step {
+    pending: Vec<Pending>,
+    tombstones: Vec<Tombstone>,
+}
+
+impl Step {
+    /// Adds `level`'s new record, or its removal, or nothing when the index
+    /// already holds the same source.
+    fn level(&mut self, snapshot: &IndexSnapshot, uri: &VikingUri, level: u8, new: Option<Pending>) {
+        let current = snapshot.get(uri, level);
+        match (new, current) {
+            (Some(p), Some(r)) if r.source_hash == p.record.source_hash => {}
+            (Some(p), _) => self.pending.push(p),
+            (None, Some(_)) => self.tombstones.push(Tombstone { uri: uri.clone(), level }),
+            (None, None) => {}
+        }
+    }
+}
+
+/// The object under `key` as UTF-8 text; `None` when it is missing or not
+/// text (either way it is not indexed).
+async fn read_text(store: &SharedStore, key: &str) -> Result<Option<String>, StoreError> {
+    match store.get(key).await {
+        Ok(object) => Ok(String::from_utf8(object.body.to_vec()).ok()),
+        Err(StoreError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// A node's times: `created_at` kept from the record it replaces.
+fn times(snapshot: &IndexSnapshot, uri: &VikingUri, level: u8, at: i64) -> Times {
+    let created_at = snapshot.get(uri, level).map_or(at, |r| r.created_at);
+    Times { created_at, updated_at: at }
+}
+
+async fn file_step(
+    store: &SharedStore,
+    account: &AccountId,
+    snapshot: &IndexSnapshot,
+    uri: &VikingUri,
+    at: i64,
+    options: &IngestOptions,
+) -> Result<Step, StoreError> {
+    let text = read_text(store, &tree_key(account, uri)).await?;
+    let new = text.and_then(|t| file_record(uri, &t, times(snapshot, uri, LEVEL_FILE, at), options));
+    let mut step = Step::default();
+    step.level(snapshot, uri, LEVEL_FILE, new);
+    Ok(step)
+}
+
+async fn dir_step(
+    store: &SharedStore,
+    account: &AccountId,
+    snapshot: &IndexSnapshot,
+    dir: &VikingUri,
+    at: i64,
+    options: &IngestOptions,
+) -> Result<Step, StoreError> {
+    let key = |name: &str| dir.join(name).map(|u| tree_key(account, &u));
+    let (Ok(abstract_key), Ok(overview_key)) = (key(ABSTRACT_SIDECAR), key(OVERVIEW_SIDECAR)) else {
+        return Ok(Step::default());
+    };
+    let (abstract_md, overview_md) = tokio::join!(read_text(store, &abstract_key), read_text(store, &overview_key));
+    let (abstract_md, overview_md) = (abstract_md?, overview_md?);
+    let built = directory_records(
+        dir,
+        abstract_md.as_deref(),
+        overview_md.as_deref(),
+        times(snapshot, dir, LEVEL_ABSTRACT, at),
+        options,
+    );
+    let mut by_level: BTreeMap<u8, Pending> = built.into_iter().map(|p| (p.record.level, p)).collect();
+    let mut step = Step::default();
+    for level in [LEVEL_ABSTRACT, LEVEL_OVERVIEW] {
+        step.level(snapshot, dir, level, by_level.remove(&level));
+    }
+    Ok(step)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(uri: &str) -> Node {
+        Node::File(VikingUri::parse(uri).expect("uri"))
+    }
+
+    #[test]
+    fn keys_map_to_their_account_and_node() {
+        let account = |key: &str| node_of(key).map(|(a, _)| a.to_string());
+        let node = |key: &str| node_of(key).map(|(_, n)| n);
+        assert_eq!(account("accounts/acme/tree/resources/a.md"), Ok("acme".into()));
+        assert_eq!(node("accounts/acme/tree/resources/a.md"), Ok(file("viking://resources/a.md")));
+        assert_eq!(
+            node("accounts/acme/tree/user/u1/memories/events/2024/x.md"),
+            Ok(file("viking://user/u1/memories/events/2024/x.md"))
+        );
+        let dir = Node::Dir(VikingUri::parse("viking://resources/guides").expect("uri"));
+        assert_eq!(node("accounts/acme/tree/resources/guides/.overview.md"), Ok(dir.clone()));
+        assert_eq!(node("accounts/acme/tree/resources/guides/.abstract.md"), Ok(dir));
+    }
+
+    #[test]
+    fn what_ingest_never_indexes_is_ignored() {
+        for key in [
+            "accounts/acme/index/manifest.json",
+            "accounts/acme/keys.json",
+            "elsewhere/acme/tree/resources/a.md",
+            "accounts/acme",
+            "",
+        ] {
+            assert_eq!(node_of(key), Err(Ignored::NotInTree), "{key}");
+        }
+        for key in [
+            "accounts/acme/tree/user/u1/sessions/s1/meta.json",
+            "accounts/acme/tree/user/u1/sessions/s1/.overview.md",
+            "accounts/acme/tree/resources/.hidden.md",
+            "accounts/acme/tree/resources/.git/config",
+            "accounts/acme/tree/.abstract.md",
+        ] {
+            assert_eq!(node_of(key), Err(Ignored::NeverIndexed), "{key}");
+        }
+        for key in ["accounts/Bad Account/tree/resources/a.md", "accounts/acme/tree/resources/../user/x.md"] {
+            assert!(matches!(node_of(key), Err(Ignored::Invalid(_))), "{key}: {:?}", node_of(key));
+        }
+    }
+}
