@@ -1,7 +1,9 @@
 //! The indexer (`skald::indexer::apply`) against a real store — a local
 //! directory and S3 on a moto server — with `find` through the Lambda edge
 //! as the judge: after objects change in the store and the changes are
-//! applied, search sees exactly what the store holds.
+//! applied, search sees exactly what the store holds. The function's edge
+//! (`skald_lambda::s3_events`) is driven with S3 event notifications in the
+//! shape S3 sends them, through `lambda_runtime`'s `LambdaEvent`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -176,4 +178,101 @@ async fn the_indexer_builds_the_records_ingest_builds() {
         assert_eq!(other, record, "{key:?}");
         assert_eq!(other_vector, vector, "{key:?}");
     }
+}
+
+/// An S3 event notification as S3 sends it (trimmed to the fields read),
+/// one record per `(event name, bucket, raw key, time)`.
+fn notification(records: &[(&str, &str, &str, &str)]) -> aws_lambda_events::s3::S3Event {
+    let records: Vec<Value> = records
+        .iter()
+        .map(|(name, bucket, key, time)| {
+            json!({
+                "eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": "us-east-1",
+                "eventTime": time, "eventName": name,
+                "userIdentity": {"principalId": "AWS:EXAMPLE"},
+                "requestParameters": {"sourceIPAddress": "127.0.0.1"},
+                "responseElements": {"x-amz-request-id": "R", "x-amz-id-2": "I"},
+                "s3": {
+                    "s3SchemaVersion": "1.0", "configurationId": "indexer",
+                    "bucket": {"name": bucket, "ownerIdentity": {"principalId": "O"}, "arn": format!("arn:aws:s3:::{bucket}")},
+                    "object": {"key": key, "size": 64, "eTag": "0123456789abcdef0123456789abcdef", "sequencer": "0A1B2C3D4E5F678901"}
+                }
+            })
+        })
+        .collect();
+    serde_json::from_value(json!({ "Records": records })).expect("an S3 event")
+}
+
+#[test]
+fn s3_keys_are_decoded_and_kept_to_the_store_bucket_and_prefix() {
+    let location = skald::store::StoreLocation::S3 { bucket: "skald-store".into(), prefix: "skald".into() };
+    let event = notification(&[
+        (
+            "ObjectCreated:Put",
+            "skald-store",
+            "skald/accounts/default/tree/resources/notes/Kafka+lag%C3%A9+%2B1.md",
+            "2026-11-30T06:00:00.000Z",
+        ),
+        (
+            "ObjectRemoved:Delete",
+            "skald-store",
+            "skald/accounts/default/tree/resources/a.md",
+            "2026-11-30T06:00:01.000Z",
+        ),
+        (
+            "ObjectCreated:Put",
+            "another-bucket",
+            "skald/accounts/default/tree/resources/b.md",
+            "2026-11-30T06:00:02.000Z",
+        ),
+        ("ObjectCreated:Put", "skald-store", "skaldx/accounts/default/tree/resources/c.md", "2026-11-30T06:00:03.000Z"),
+        ("ObjectCreated:Put", "skald-store", "accounts/default/tree/resources/d.md", "2026-11-30T06:00:04.000Z"),
+        (
+            "ObjectCreated:Put",
+            "skald-store",
+            "skald/accounts/default/tree/resources/%FF.md",
+            "2026-11-30T06:00:05.000Z",
+        ),
+    ]);
+    let changes = skald_lambda::s3_events::s3_changes(&event, &location);
+    assert_eq!(
+        changes,
+        [
+            Change { key: "accounts/default/tree/resources/notes/Kafka lagé +1.md".into(), at: 1_796_018_400 },
+            Change { key: "accounts/default/tree/resources/a.md".into(), at: 1_796_018_401 },
+        ]
+    );
+    // Without a prefix, every key of the bucket is relative to the root.
+    let bare = skald::store::StoreLocation::S3 { bucket: "skald-store".into(), prefix: String::new() };
+    let keys: Vec<String> = skald_lambda::s3_events::s3_changes(&event, &bare).into_iter().map(|c| c.key).collect();
+    assert!(keys.contains(&"accounts/default/tree/resources/d.md".to_owned()), "{keys:?}");
+}
+
+/// The function's handler, as the runtime calls it: a created object is
+/// indexed, a removed one leaves the index, and the answer counts them.
+#[tokio::test]
+async fn the_function_indexes_what_s3_notifies() {
+    let (store, _dir) = local_store();
+    let (app, _source) = app_with_corpus_in(DEFAULT_CORPUS, &[], store.clone()).await;
+    let invoke = |event| {
+        let app = Arc::clone(&app);
+        async move {
+            let event = lambda_http::LambdaEvent::new(event, lambda_http::Context::default());
+            skald_lambda::s3_events::handle(&app, event).await.expect("the handler succeeds")
+        }
+    };
+    let key = tree_key(NOTE);
+    put(&store, NOTE, NOTE_V1).await;
+    let created = notification(&[("ObjectCreated:Put", "any", &key, "2026-11-30T06:00:00Z")]);
+    assert_eq!(invoke(created).await, json!({"indexed": 1, "removed": 0, "unchanged": 0, "ignored": 0}));
+    assert_eq!(found(&app, "Kafka consumer lag alerts").await.first().map(String::as_str), Some(NOTE_URI));
+    assert_eq!(record(&store, NOTE_URI, 2).await.map(|r| r.updated_at), Some(1_796_018_400));
+
+    store.delete(&key).await.expect("delete");
+    let removed = notification(&[
+        ("ObjectRemoved:Delete", "any", &key, "2026-11-30T06:01:00Z"),
+        ("ObjectCreated:Put", "any", "accounts/default/index/manifest.json", "2026-11-30T06:01:00Z"),
+    ]);
+    assert_eq!(invoke(removed).await, json!({"indexed": 0, "removed": 1, "unchanged": 0, "ignored": 1}));
+    assert!(!found(&app, "Kafka consumer lag alerts").await.contains(&NOTE_URI.to_owned()));
 }

@@ -4,6 +4,9 @@
 //! authorizer's claims and the invocation deadline, logs one line per
 //! request, and runs the runtime.
 
+#[cfg(feature = "s3-events")]
+pub mod s3_events;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
