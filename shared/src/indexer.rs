@@ -108,7 +108,8 @@ pub struct IndexerReport {
 /// store: reads each named node as the store holds it now, and commits one
 /// segment per account with the changed records and the removals.
 ///
-/// Cost per account: one index revalidation (through the app's cache), one
+/// Cost per account: one index revalidation (through the app's cache,
+/// whatever `index.revalidate_after_ms` says), one
 /// GET per file and two per directory (concurrently), one embedding call
 /// for the changed nodes, one segment PUT and a manifest compare-and-swap.
 ///
@@ -138,7 +139,7 @@ pub async fn apply(app: &App, changes: &[Change]) -> Result<IndexerReport, Inges
     };
     let info = app.embedder_info();
     for (account, nodes) in by_account {
-        let snapshot = app.index.snapshot(&account).await?;
+        let snapshot = app.index.fresh_snapshot(&account).await?;
         if let Some(built) = snapshot.embedder().filter(|b| **b != info) {
             return Err(IndexError::EmbedderMismatch {
                 account: account.to_string(),

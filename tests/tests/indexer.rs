@@ -276,3 +276,23 @@ async fn the_function_indexes_what_s3_notifies() {
     assert_eq!(invoke(removed).await, json!({"indexed": 0, "removed": 1, "unchanged": 0, "ignored": 1}));
     assert!(!found(&app, "Kafka consumer lag alerts").await.contains(&NOTE_URI.to_owned()));
 }
+
+/// A warm function that trusts its loaded index for a minute
+/// (`index.revalidate_after_ms`) still compares against the index as it is:
+/// a file it indexed itself a moment ago is removed when it goes.
+#[tokio::test]
+async fn the_indexer_revalidates_whatever_the_search_cache_trusts() {
+    let (store, _dir) = local_store();
+    let (_, _source) = app_with_corpus_in(DEFAULT_CORPUS, &[], store.clone()).await;
+    let mut config = skald_tests::fixture::app_over_store(store.clone()).config.clone();
+    config.index.revalidate_after_ms = 60_000;
+    let embedder: Arc<dyn skald::embed::Embedder> =
+        Arc::new(skald::embed::hashed::HashedEmbedder::new(skald_tests::fixture::EMBED_DIMENSION));
+    let app = App::with_parts(config, store.clone(), embedder);
+
+    put(&store, NOTE, NOTE_V1).await;
+    assert_eq!(applied(&app, &[change(NOTE, 1_000)]).await.indexed, 1);
+    store.delete(&tree_key(NOTE)).await.expect("delete");
+    assert_eq!(applied(&app, &[change(NOTE, 2_000)]).await.removed, 1);
+    assert!(record(&store, NOTE_URI, 2).await.is_none());
+}

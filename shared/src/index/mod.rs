@@ -614,9 +614,26 @@ impl IndexCache {
     /// # Errors
     /// Store or decoding errors.
     pub async fn snapshot(&self, account: &AccountId) -> Result<Arc<IndexSnapshot>, IndexError> {
+        self.checked(account, self.revalidate_after).await
+    }
+
+    /// The current snapshot of `account`'s index, revalidated now whatever
+    /// `revalidate_after` says: for a writer, which must not compare
+    /// against an index older than its own last commit.
+    ///
+    /// Cost: one HEAD of the manifest, plus a load of new segments when it
+    /// changed.
+    ///
+    /// # Errors
+    /// Store or decoding errors.
+    pub async fn fresh_snapshot(&self, account: &AccountId) -> Result<Arc<IndexSnapshot>, IndexError> {
+        self.checked(account, Duration::ZERO).await
+    }
+
+    async fn checked(&self, account: &AccountId, trust: Duration) -> Result<Arc<IndexSnapshot>, IndexError> {
         let mut entries = self.entries.lock().await;
         if let Some((snapshot, checked)) = entries.get(account) {
-            if checked.elapsed() < self.revalidate_after {
+            if checked.elapsed() < trust {
                 return Ok(Arc::clone(snapshot));
             }
             let current = match self.store.head(&manifest_key(account)).await {
