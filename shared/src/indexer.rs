@@ -98,7 +98,7 @@ pub struct IndexerReport {
     pub indexed: usize,
     /// Records removed (their object is gone, or no longer UTF-8 text).
     pub removed: usize,
-    /// Nodes whose source is unchanged.
+    /// Nodes the index already matched (same source, or gone from both).
     pub unchanged: usize,
     /// Keys that are not indexable nodes.
     pub ignored: usize,
@@ -109,9 +109,10 @@ pub struct IndexerReport {
 /// segment per account with the changed records and the removals.
 ///
 /// Cost per account: one index revalidation (through the app's cache,
-/// whatever `index.revalidate_after_ms` says), one
-/// GET per file and two per directory (concurrently), one embedding call
-/// for the changed nodes, one segment PUT and a manifest compare-and-swap.
+/// whatever `index.revalidate_after_ms` says); one GET per file, one node
+/// after another, and a directory's two sidecar GETs together; one
+/// embedding call for the changed nodes; one segment PUT and a manifest
+/// compare-and-swap (none when nothing changed).
 ///
 /// # Errors
 /// Store, index (an embedder mismatch among them) or embedder failures; the
