@@ -3,8 +3,10 @@
 //!
 //! Sources, later ones winning: the file named by `SKALD_CONFIG` (if set),
 //! then `SKALD_STORE` (store location), `SKALD_S3_ENDPOINT` (S3 endpoint
-//! override) and the models (`SKALD_LLM_*`, `SKALD_QUERY_PLANNER_*`, see
-//! [`ModelConfig::from_env_prefix`]) from the environment.
+//! override), `SKALD_USE_M3_DIR` (the USE-m3 model's directory, e.g. a
+//! Lambda layer's `/opt`) and the models (`SKALD_LLM_*`,
+//! `SKALD_QUERY_PLANNER_*`, see [`ModelConfig::from_env_prefix`]) from the
+//! environment.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -470,6 +472,9 @@ impl Config {
             config.s3.endpoint_url = Some(endpoint);
             config.s3.force_path_style = true;
         }
+        if let Ok(dir) = std::env::var("SKALD_USE_M3_DIR") {
+            config.set_use_m3_dir(&dir);
+        }
         if let Some(model) = ModelConfig::from_env_prefix("SKALD_LLM")? {
             config.llm = Some(model);
         }
@@ -477,6 +482,16 @@ impl Config {
             config.query_planner = Some(model);
         }
         Ok(config)
+    }
+
+    /// Points the USE-m3 embedder at `dir` (`SKALD_USE_M3_DIR`); nothing
+    /// when `dir` is empty or another embedder is configured.
+    pub fn set_use_m3_dir(&mut self, dir: &str) {
+        if let EmbeddingConfig::UseM3 { model_dir } = &mut self.embedding
+            && !dir.is_empty()
+        {
+            dir.clone_into(model_dir);
+        }
     }
 
     /// The embedding settings with relative paths resolved against
@@ -514,6 +529,24 @@ mod tests {
         assert_eq!(c.limits.max_body_bytes, 262_144);
         assert_eq!(c.embedding, EmbeddingConfig::UseM3 { model_dir: ".skald/models/use-m3".into() });
         assert_eq!(c.store_location().ok(), Some(StoreLocation::Local("/etc/skald/.skald/store".into())));
+    }
+
+    #[test]
+    fn the_use_m3_directory_can_be_set_apart_from_the_file() {
+        let mut c = Config::default();
+        c.set_use_m3_dir("/opt");
+        assert_eq!(c.embedding_resolved(), EmbeddingConfig::UseM3 { model_dir: "/opt".into() });
+        c.set_use_m3_dir("");
+        assert_eq!(c.embedding, EmbeddingConfig::UseM3 { model_dir: "/opt".into() }, "empty changes nothing");
+        let mut openai = Config::from_json(
+            r#"{"embedding": {"provider": "openai", "base_url": "http://x/v1", "model": "m", "dimension": 8}}"#,
+            "t.json",
+            Path::new("."),
+        )
+        .expect("valid");
+        let before = openai.embedding.clone();
+        openai.set_use_m3_dir("/opt");
+        assert_eq!(openai.embedding, before, "another embedder is left alone");
     }
 
     #[test]
