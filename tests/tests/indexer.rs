@@ -296,3 +296,48 @@ async fn the_indexer_revalidates_whatever_the_search_cache_trusts() {
     assert_eq!(applied(&app, &[change(NOTE, 2_000)]).await.removed, 1);
     assert!(record(&store, NOTE_URI, 2).await.is_none());
 }
+
+/// One changed file costs five store calls, in a row: the manifest HEAD
+/// that revalidates the index, the file's GET, and the commit — the
+/// manifest GET, the segment PUT and the manifest's compare-and-swap (the
+/// commit reads the manifest once). The next notification first loads the
+/// segment that commit wrote; after that, a repeat costs the HEAD and the
+/// file's GET only.
+#[tokio::test]
+async fn a_changed_file_costs_five_store_calls_and_a_repeat_two() {
+    let (store, _dir) = local_store();
+    let (_, _source) = app_with_corpus_in(DEFAULT_CORPUS, &[], store.clone()).await;
+    let counting = skald_tests::counting::CountingStore::new(store.clone());
+    let app = skald_tests::fixture::app_over_store(counting.clone());
+    let calls = || -> Vec<String> {
+        counting
+            .take()
+            .into_iter()
+            .map(|c| {
+                let what = if c.key.ends_with("manifest.json") {
+                    "manifest"
+                } else if c.key.contains("/index/") {
+                    "segment"
+                } else {
+                    "file"
+                };
+                format!("{} {what}", c.op)
+            })
+            .collect()
+    };
+    put(&store, NOTE, NOTE_V1).await;
+    assert_eq!(applied(&app, &[change(NOTE, 1_000)]).await.indexed, 1);
+    assert_eq!(applied(&app, &[change(NOTE, 1_000)]).await.unchanged, 1);
+    calls();
+
+    put(&store, NOTE, NOTE_V2).await;
+    assert_eq!(applied(&app, &[change(NOTE, 2_000)]).await.indexed, 1);
+    assert_eq!(
+        calls(),
+        ["HEAD manifest", "GET file", "GET manifest", "PUT if-none-match segment", "PUT if-match manifest"]
+    );
+    assert_eq!(applied(&app, &[change(NOTE, 2_000)]).await.unchanged, 1);
+    assert_eq!(calls(), ["HEAD manifest", "GET manifest", "GET segment", "GET file"]);
+    assert_eq!(applied(&app, &[change(NOTE, 2_000)]).await.unchanged, 1);
+    assert_eq!(calls(), ["HEAD manifest", "GET file"]);
+}

@@ -159,7 +159,8 @@ fn backoff(attempt: u32) -> Duration {
 /// compare-and-swap, retrying on conflicts; compacts when the manifest lists
 /// [`COMPACT_AT`] segments or more. An empty segment writes nothing.
 ///
-/// Cost: one segment put, then a manifest get + conditional put per attempt.
+/// Cost: a manifest get, one segment put and a conditional manifest put;
+/// each conflict adds a manifest get and put.
 ///
 /// # Errors
 /// [`IndexError::EmbedderMismatch`] when the index was built by another
@@ -192,7 +193,8 @@ pub async fn commit(
         bytes: body.len() as u64,
     };
     put_segment(store, &key, body).await?;
-    let manifest = swap_manifest(store, account, embedder, |m| {
+    // The first attempt swaps against the manifest read above.
+    let manifest = swap_manifest(store, account, embedder, Some(current), |m| {
         m.segments.push(seg_ref.clone());
         true
     })
@@ -219,16 +221,22 @@ async fn put_segment(store: &SharedStore, key: &str, body: Bytes) -> Result<(), 
 }
 
 /// Applies `change` to the current manifest and writes it back by
-/// compare-and-swap, retrying on conflict. When `change` returns false the
+/// compare-and-swap, retrying on conflict. The first attempt works on
+/// `first` when the caller has just read the manifest (`Some(None)`: there
+/// was none); every retry reads it again. When `change` returns false the
 /// manifest is left as it is (no write).
 async fn swap_manifest(
     store: &SharedStore,
     account: &AccountId,
     embedder: &EmbedderInfo,
+    mut first: Option<Option<(Manifest, String)>>,
     mut change: impl FnMut(&mut Manifest) -> bool,
 ) -> Result<Manifest, IndexError> {
     for attempt in 1..=CAS_ATTEMPTS {
-        let current = read_manifest(store, account).await?;
+        let current = match first.take() {
+            Some(read) => read,
+            None => read_manifest(store, account).await?,
+        };
         let (mut manifest, mode) = match current {
             Some((m, etag)) => {
                 check_embedder(account, &m, embedder)?;
@@ -257,7 +265,7 @@ async fn swap_manifest(
 /// # Errors
 /// Store, decoding or contention errors; the index stays valid on failure.
 pub async fn compact(store: &SharedStore, account: &AccountId, embedder: &EmbedderInfo) -> Result<(), IndexError> {
-    let Some((manifest, _)) = read_manifest(store, account).await? else { return Ok(()) };
+    let Some((manifest, etag)) = read_manifest(store, account).await? else { return Ok(()) };
     check_embedder(account, &manifest, embedder)?;
     if manifest.segments.len() < 2 {
         return Ok(());
@@ -271,7 +279,8 @@ pub async fn compact(store: &SharedStore, account: &AccountId, embedder: &Embedd
     put_segment(store, &key, body).await?;
     let replaced: Vec<SegmentRef> = manifest.segments.clone();
     let mut lost = false;
-    swap_manifest(store, account, embedder, |m| {
+    // The first attempt swaps against the manifest read above.
+    swap_manifest(store, account, embedder, Some(Some((manifest, etag))), |m| {
         lost = !m.segments.starts_with(&replaced);
         if !lost {
             m.segments.splice(..replaced.len(), [merged_ref.clone()]);
