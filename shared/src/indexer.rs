@@ -15,6 +15,8 @@
 
 use std::collections::BTreeMap;
 
+use futures_util::{StreamExt as _, TryStreamExt as _, stream};
+
 use crate::app::App;
 use crate::identity::AccountId;
 use crate::index::record::{LEVEL_ABSTRACT, LEVEL_FILE, LEVEL_OVERVIEW, classify};
@@ -109,10 +111,11 @@ pub struct IndexerReport {
 /// segment per account with the changed records and the removals.
 ///
 /// Cost per account: one index revalidation (through the app's cache,
-/// whatever `index.revalidate_after_ms` says); one GET per file, one node
-/// after another, and a directory's two sidecar GETs together; one
-/// embedding call for the changed nodes; one segment PUT and a manifest
-/// compare-and-swap (none when nothing changed).
+/// whatever `index.revalidate_after_ms` says) with the nodes' reads beside
+/// it — one GET per file and two per directory, [`READ_CONCURRENCY`] nodes
+/// at a time; one embedding call for the changed nodes; a manifest GET,
+/// one segment PUT and a manifest compare-and-swap (none when nothing
+/// changed).
 ///
 /// # Errors
 /// Store, index (an embedder mismatch among them) or embedder failures; the
@@ -140,7 +143,10 @@ pub async fn apply(app: &App, changes: &[Change]) -> Result<IndexerReport, Inges
     };
     let info = app.embedder_info();
     for (account, nodes) in by_account {
-        let snapshot = app.index.fresh_snapshot(&account).await?;
+        // The node reads need no index: they go out with its revalidation.
+        let (snapshot, sources) =
+            tokio::join!(app.index.fresh_snapshot(&account), read_nodes(&app.store, &account, &nodes));
+        let (snapshot, sources) = (snapshot?, sources?);
         if let Some(built) = snapshot.embedder().filter(|b| **b != info) {
             return Err(IndexError::EmbedderMismatch {
                 account: account.to_string(),
@@ -151,11 +157,8 @@ pub async fn apply(app: &App, changes: &[Change]) -> Result<IndexerReport, Inges
         }
         let mut pending: Vec<Pending> = Vec::new();
         let mut tombstones: Vec<Tombstone> = Vec::new();
-        for (node, at) in nodes {
-            let step = match &node {
-                Node::File(uri) => file_step(&app.store, &account, &snapshot, uri, at, &options).await?,
-                Node::Dir(uri) => dir_step(&app.store, &account, &snapshot, uri, at, &options).await?,
-            };
+        for ((node, at), source) in nodes.into_iter().zip(sources) {
+            let step = step(&snapshot, &node, source, at, &options);
             if step.pending.is_empty() && step.tombstones.is_empty() {
                 report.unchanged += 1;
             }
@@ -169,11 +172,67 @@ pub async fn apply(app: &App, changes: &[Change]) -> Result<IndexerReport, Inges
     Ok(report)
 }
 
+/// Node reads in flight at once.
+const READ_CONCURRENCY: usize = 10;
+
+/// What the store holds for a node now: a file's text, or a directory's
+/// two sidecars; `None` for an object that is missing or not UTF-8 text
+/// (either way not indexed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A file's text.
+    File(Option<String>),
+    /// A directory's `.abstract.md` and `.overview.md`.
+    Dir(Option<String>, Option<String>),
+}
+
+/// Reads every node of `nodes` (in their order), [`READ_CONCURRENCY`] at
+/// a time; a directory's two sidecars together.
+async fn read_nodes(
+    store: &SharedStore,
+    account: &AccountId,
+    nodes: &BTreeMap<Node, i64>,
+) -> Result<Vec<Source>, StoreError> {
+    stream::iter(nodes.keys())
+        .map(|node| async move {
+            match node {
+                Node::File(uri) => Ok(Source::File(read_text(store, &tree_key(account, uri)).await?)),
+                Node::Dir(dir) => {
+                    let key = |name: &str| dir.join(name).map(|u| tree_key(account, &u)).ok();
+                    let read = |key: Option<String>| async move {
+                        match key {
+                            Some(key) => read_text(store, &key).await,
+                            None => Ok(None),
+                        }
+                    };
+                    let (abstract_md, overview_md) =
+                        tokio::join!(read(key(ABSTRACT_SIDECAR)), read(key(OVERVIEW_SIDECAR)));
+                    Ok(Source::Dir(abstract_md?, overview_md?))
+                }
+            }
+        })
+        .buffered(READ_CONCURRENCY)
+        .try_collect()
+        .await
+}
+
+/// The object under `key` as UTF-8 text; `None` when it is missing or not
+/// text.
+async fn read_text(store: &SharedStore, key: &str) -> Result<Option<String>, StoreError> {
+    match store.get(key).await {
+        Ok(object) => Ok(String::from_utf8(object.body.to_vec()).ok()),
+        Err(StoreError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// What one node changes in the index.
-#[derive(Debug, Default)]
-struct Step {
-    pending: Vec<Pending>,
-    tombstones: Vec<Tombstone>,
+#[derive(Debug, Default, PartialEq)]
+pub struct Step {
+    /// New or changed records (to embed and commit).
+    pub pending: Vec<Pending>,
+    /// Records to remove.
+    pub tombstones: Vec<Tombstone>,
 }
 
 impl Step {
@@ -190,64 +249,38 @@ impl Step {
     }
 }
 
-/// The object under `key` as UTF-8 text; `None` when it is missing or not
-/// text (either way it is not indexed).
-async fn read_text(store: &SharedStore, key: &str) -> Result<Option<String>, StoreError> {
-    match store.get(key).await {
-        Ok(object) => Ok(String::from_utf8(object.body.to_vec()).ok()),
-        Err(StoreError::NotFound(_)) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// A node's times: `created_at` kept from the record it replaces.
-fn times(snapshot: &IndexSnapshot, uri: &VikingUri, level: u8, at: i64) -> Times {
-    let created_at = snapshot.get(uri, level).map_or(at, |r| r.created_at);
-    Times { created_at, updated_at: at }
-}
-
-async fn file_step(
-    store: &SharedStore,
-    account: &AccountId,
-    snapshot: &IndexSnapshot,
-    uri: &VikingUri,
-    at: i64,
-    options: &IngestOptions,
-) -> Result<Step, StoreError> {
-    let text = read_text(store, &tree_key(account, uri)).await?;
-    let new = text.and_then(|t| file_record(uri, &t, times(snapshot, uri, LEVEL_FILE, at), options));
-    let mut step = Step::default();
-    step.level(snapshot, uri, LEVEL_FILE, new);
-    Ok(step)
-}
-
-async fn dir_step(
-    store: &SharedStore,
-    account: &AccountId,
-    snapshot: &IndexSnapshot,
-    dir: &VikingUri,
-    at: i64,
-    options: &IngestOptions,
-) -> Result<Step, StoreError> {
-    let key = |name: &str| dir.join(name).map(|u| tree_key(account, &u));
-    let (Ok(abstract_key), Ok(overview_key)) = (key(ABSTRACT_SIDECAR), key(OVERVIEW_SIDECAR)) else {
-        return Ok(Step::default());
+/// What `node` changes in `snapshot` given what the store holds for it
+/// (`source`), changed at `at` (Unix seconds): a record's `created_at` is
+/// kept from the record it replaces. Pure: no I/O.
+#[must_use]
+pub fn step(snapshot: &IndexSnapshot, node: &Node, source: Source, at: i64, options: &IngestOptions) -> Step {
+    let times = |uri: &VikingUri, level: u8| {
+        let created_at = snapshot.get(uri, level).map_or(at, |r| r.created_at);
+        Times { created_at, updated_at: at }
     };
-    let (abstract_md, overview_md) = tokio::join!(read_text(store, &abstract_key), read_text(store, &overview_key));
-    let (abstract_md, overview_md) = (abstract_md?, overview_md?);
-    let built = directory_records(
-        dir,
-        abstract_md.as_deref(),
-        overview_md.as_deref(),
-        times(snapshot, dir, LEVEL_ABSTRACT, at),
-        options,
-    );
-    let mut by_level: BTreeMap<u8, Pending> = built.into_iter().map(|p| (p.record.level, p)).collect();
     let mut step = Step::default();
-    for level in [LEVEL_ABSTRACT, LEVEL_OVERVIEW] {
-        step.level(snapshot, dir, level, by_level.remove(&level));
+    match (node, source) {
+        (Node::File(uri), Source::File(text)) => {
+            let new = text.and_then(|t| file_record(uri, &t, times(uri, LEVEL_FILE), options));
+            step.level(snapshot, uri, LEVEL_FILE, new);
+        }
+        (Node::Dir(dir), Source::Dir(abstract_md, overview_md)) => {
+            let built = directory_records(
+                dir,
+                abstract_md.as_deref(),
+                overview_md.as_deref(),
+                times(dir, LEVEL_ABSTRACT),
+                options,
+            );
+            let mut by_level: BTreeMap<u8, Pending> = built.into_iter().map(|p| (p.record.level, p)).collect();
+            for level in [LEVEL_ABSTRACT, LEVEL_OVERVIEW] {
+                step.level(snapshot, dir, level, by_level.remove(&level));
+            }
+        }
+        // A source read for another kind of node: nothing to do.
+        (Node::File(_), Source::Dir(..)) | (Node::Dir(_), Source::File(_)) => {}
     }
-    Ok(step)
+    step
 }
 
 #[cfg(test)]
