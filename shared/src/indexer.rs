@@ -193,9 +193,10 @@ async fn read_nodes(
     account: &AccountId,
     nodes: &BTreeMap<Node, i64>,
 ) -> Result<Vec<Source>, StoreError> {
-    stream::iter(nodes.keys())
+    // Owned items: see `IndexSnapshot::load_manifest`.
+    stream::iter(nodes.keys().cloned())
         .map(|node| async move {
-            match node {
+            match &node {
                 Node::File(uri) => Ok(Source::File(read_text(store, &tree_key(account, uri)).await?)),
                 Node::Dir(dir) => {
                     let key = |name: &str| dir.join(name).map(|u| tree_key(account, &u)).ok();

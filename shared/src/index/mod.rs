@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures_util::{StreamExt as _, TryStreamExt as _, stream};
 use serde::{Deserialize, Serialize};
 
 use crate::embed::dot;
@@ -32,6 +33,10 @@ pub use segment::{Segment, Tombstone};
 
 /// Segments at which a commit also compacts the index into one segment.
 pub const COMPACT_AT: usize = 16;
+/// Segment reads (and a compaction's deletes) in flight at once: a cold
+/// load of a many-segment index on S3 costs a few round trips, not one per
+/// segment.
+pub const SEGMENT_CONCURRENCY: usize = 8;
 /// Compare-and-swap attempts before a commit gives up.
 const CAS_ATTEMPTS: u32 = 64;
 
@@ -292,9 +297,13 @@ pub async fn compact(store: &SharedStore, account: &AccountId, embedder: &Embedd
     // manifest references it. Otherwise the replaced keys are referenced by
     // no manifest any more (keys are never reused).
     let garbage: Vec<&str> = if lost { vec![key.as_str()] } else { replaced.iter().map(|r| r.key.as_str()).collect() };
-    for old in garbage {
-        let _ = store.delete(old).await;
-    }
+    stream::iter(garbage)
+        .for_each_concurrent(SEGMENT_CONCURRENCY, |old| async move {
+            if let Err(e) = store.delete(old).await {
+                tracing::debug!(key = old, error = %e, "an unreferenced segment was not deleted");
+            }
+        })
+        .await;
     Ok(())
 }
 
@@ -415,23 +424,35 @@ impl IndexSnapshot {
     ) -> Result<Self, IndexError> {
         let reusable: HashMap<&str, &Arc<Segment>> =
             previous.map(|p| p.segments.iter().map(|(k, s)| (k.as_str(), s)).collect()).unwrap_or_default();
-        let mut segments = Vec::with_capacity(manifest.segments.len());
-        for seg_ref in &manifest.segments {
-            let segment = if let Some(seg) = reusable.get(seg_ref.key.as_str()) {
-                Arc::clone(seg)
-            } else {
-                let object = store.get(&seg_ref.key).await?;
-                let seg = Segment::decode(&object.body)?;
-                if seg.dim != manifest.embedder.dimension {
-                    return Err(IndexError::Corrupt(format!(
-                        "segment {} of account {account} has dimension {} but the manifest says {}",
-                        seg_ref.key, seg.dim, manifest.embedder.dimension
-                    )));
-                }
-                Arc::new(seg)
-            };
-            segments.push((seg_ref.key.clone(), segment));
-        }
+        let dimension = manifest.embedder.dimension;
+        // Owned items: a future that borrowed from the stream's items would
+        // not be `Send` for every lifetime, as the Lambda runtime needs.
+        let wanted: Vec<(SegmentRef, Option<Arc<Segment>>)> = manifest
+            .segments
+            .iter()
+            .map(|seg_ref| (seg_ref.clone(), reusable.get(seg_ref.key.as_str()).map(|seg| Arc::clone(seg))))
+            .collect();
+        let segments: Vec<(String, Arc<Segment>)> = stream::iter(wanted)
+            .map(|(seg_ref, reused)| async move {
+                let segment = match reused {
+                    Some(seg) => seg,
+                    None => {
+                        let object = store.get(&seg_ref.key).await?;
+                        let seg = Segment::decode(&object.body)?;
+                        if seg.dim != dimension {
+                            return Err(IndexError::Corrupt(format!(
+                                "segment {} of account {account} has dimension {} but the manifest says {dimension}",
+                                seg_ref.key, seg.dim
+                            )));
+                        }
+                        Arc::new(seg)
+                    }
+                };
+                Ok::<_, IndexError>((seg_ref.key.clone(), segment))
+            })
+            .buffered(SEGMENT_CONCURRENCY)
+            .try_collect()
+            .await?;
         let (live, live_count) = liveness(&segments);
         Ok(Self { etag: Some(etag), manifest: Some(manifest), segments, live, live_count })
     }
