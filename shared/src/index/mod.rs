@@ -457,6 +457,12 @@ impl IndexSnapshot {
         Ok(Self { etag: Some(etag), manifest: Some(manifest), segments, live, live_count })
     }
 
+    /// The segments the manifest lists (each loaded).
+    #[must_use]
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
     /// Live records.
     #[must_use]
     pub fn len(&self) -> usize {

@@ -15,6 +15,9 @@
 //! store calls of each step are counted by kind. The index grows by
 //! segments and tombstones as rounds go, and compacts when the manifest
 //! lists enough segments, as in production; the maximum shows that.
+//! Finally, a cold load of the index (`IndexSnapshot::load`, what a cold
+//! search function does first) after `--segments` one-file commits, so
+//! the manifest lists that many segments (below the compaction threshold).
 // A benchmark reports on stdout by design.
 #![allow(clippy::print_stdout)]
 
@@ -31,7 +34,7 @@ use skald_tests::bench_util::{
     ms, s3_at, start_proxy,
 };
 
-const USAGE: &str = "bench_indexer [--hashed] [--rounds R] [--latency-ms L] [--no-moto]";
+const USAGE: &str = "bench_indexer [--hashed] [--rounds R] [--latency-ms L] [--segments S] [--no-moto]";
 const STEPS: [&str; 4] = ["new", "same", "changed", "removed"];
 
 /// One step's timings and store calls (by kind), per round.
@@ -41,17 +44,19 @@ struct Args {
     hashed: bool,
     rounds: usize,
     latency: Duration,
+    segments: usize,
     moto: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args { hashed: false, rounds: 40, latency: Duration::from_millis(20), moto: true };
+    let mut args = Args { hashed: false, rounds: 40, latency: Duration::from_millis(20), segments: 12, moto: true };
     let mut flags = Flags::from_env(USAGE);
     while let Some(flag) = flags.next() {
         match flag.as_str() {
             "--hashed" => args.hashed = true,
             "--rounds" => args.rounds = flags.at_least("--rounds", 1)?,
             "--latency-ms" => args.latency = flags.millis("--latency-ms")?,
+            "--segments" => args.segments = flags.at_least("--segments", 1)?,
             "--no-moto" => args.moto = false,
             other => return Err(flags.unknown(other)),
         }
@@ -192,8 +197,56 @@ async fn run(args: &Args) {
         let results = measure(target, args.rounds).await;
         report(target, &results);
     }
+    println!("\n== a cold load of the index (IndexSnapshot::load, 10 times) after {} one-file commits", args.segments);
+    let table = Table::new("<12 >9 >9 >9 >9 <30");
+    println!("{}", table.header(&["store", "segments", "p50", "p95", "max", "calls (first load)"]));
+    for target in &targets {
+        cold_load(target, args.segments).await;
+    }
     drop(targets);
     drop(local);
+}
+
+/// Commits `segments` one-file segments (after a compaction, so the
+/// manifest then lists about that many), then times cold loads.
+async fn cold_load(target: &Target, segments: usize) {
+    let account = skald_tests::bench_util::account();
+    let info = target.app.embedder_info();
+    skald::index::compact(&target.plain, &account, &info).await.unwrap_or_else(|e| fail("compact", e));
+    for i in 0..segments {
+        let tag: String = target.label.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+        let key = format!("accounts/default/tree/resources/bench/cold-{tag}-{i:04}.md");
+        target.plain.put(&key, text(i, 1), PutMode::Overwrite).await.unwrap_or_else(|e| fail("put", e));
+        apply(&target.app, &[Change { key, at: 1_800_000_000 }]).await.unwrap_or_else(|e| fail("apply", e));
+    }
+    let store = &target.app.store;
+    let listed = skald::index::IndexSnapshot::load(&target.plain, &account, None)
+        .await
+        .unwrap_or_else(|e| fail("load", e))
+        .segment_count();
+    let mut times = Vec::new();
+    let mut first_calls = String::new();
+    for round in 0..10 {
+        if let Some(log) = &target.log {
+            log.take();
+        }
+        let started = Instant::now();
+        let snapshot =
+            skald::index::IndexSnapshot::load(store, &account, None).await.unwrap_or_else(|e| fail("load", e));
+        times.push(started.elapsed());
+        if snapshot.segment_count() != listed {
+            fail("load", format!("{} segments, want {listed}", snapshot.segment_count()));
+        }
+        if round == 0
+            && let Some(log) = &target.log
+        {
+            let calls = log.take();
+            first_calls = format!("{} calls", calls.len());
+        }
+    }
+    let s = Summary::of(&times);
+    let table = Table::new("<12 >9 >9 >9 >9 <30");
+    println!("{}", table.line(&[&target.label, &listed, &ms(s.p50), &ms(s.p95), &ms(s.max), &first_calls]));
 }
 
 fn main() {
