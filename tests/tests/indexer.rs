@@ -254,10 +254,11 @@ fn s3_keys_are_decoded_and_kept_to_the_store_bucket_and_prefix() {
 async fn the_function_indexes_what_s3_notifies() {
     let (store, _dir) = local_store();
     let (app, _source) = app_with_corpus_in(DEFAULT_CORPUS, &[], store.clone()).await;
-    let invoke = |event| {
+    let invoke = |event: aws_lambda_events::s3::S3Event| {
         let app = Arc::clone(&app);
         async move {
-            let event = lambda_http::LambdaEvent::new(event, lambda_http::Context::default());
+            let payload = serde_json::to_value(event).expect("an S3 event as JSON");
+            let event = lambda_http::LambdaEvent::new(payload, lambda_http::Context::default());
             skald_lambda::s3_events::handle(&app, event).await.expect("the handler succeeds")
         }
     };
@@ -348,4 +349,46 @@ async fn a_changed_file_costs_five_store_calls_and_a_repeat_two() {
     assert_eq!(calls(), sorted(&["HEAD manifest", "GET manifest", "GET segment", "GET file"]));
     assert_eq!(applied(&app, &[change(NOTE, 2_000)]).await.unchanged, 1);
     assert_eq!(calls(), sorted(&["HEAD manifest", "GET file"]));
+}
+
+/// Deployed, S3 notifies an SQS queue and the function takes a batch: every
+/// message's notification counts, in one commit; the test message S3 sends
+/// when the notification is set up is skipped; a payload that is neither
+/// fails the invocation (so its messages come back), with a message.
+#[tokio::test]
+async fn the_function_takes_sqs_batches_of_s3_notifications() {
+    let (store, _dir) = local_store();
+    let (app, _source) = app_with_corpus_in(DEFAULT_CORPUS, &[], store.clone()).await;
+    let other = "resources/notes/zookeeper.md";
+    put(&store, NOTE, NOTE_V1).await;
+    put(&store, other, "# Summary\nZooKeeper quorum needs three voters.\n").await;
+    let body = |key: String| {
+        serde_json::to_string(&notification(&[("ObjectCreated:Put", "any", &key, "2026-11-30T06:00:00Z")]))
+            .expect("json")
+    };
+    let message = |id: &str, body: String| {
+        json!({
+            "messageId": id, "receiptHandle": "R", "body": body,
+            "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1796018400000"},
+            "messageAttributes": {}, "md5OfBody": "0", "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:indexer", "awsRegion": "us-east-1"
+        })
+    };
+    let test_event = json!({"Service": "Amazon S3", "Event": "s3:TestEvent", "Time": "2026-11-30T06:00:00Z",
+        "Bucket": "any", "RequestId": "R", "HostId": "H"});
+    let batch = json!({"Records": [
+        message("1", body(tree_key(NOTE))),
+        message("2", test_event.to_string()),
+        message("3", body(tree_key(other))),
+    ]});
+    let before = generation(&store).await;
+    let event = lambda_http::LambdaEvent::new(batch, lambda_http::Context::default());
+    let answer = skald_lambda::s3_events::handle(&app, event).await.expect("the handler succeeds");
+    assert_eq!(answer, json!({"indexed": 2, "removed": 0, "unchanged": 0, "ignored": 0}));
+    assert_eq!(generation(&store).await.as_u64(), before.as_u64().map(|g| g + 1), "one commit for the batch");
+    assert!(record(&store, "viking://resources/notes/zookeeper.md", 2).await.is_some());
+
+    let event = lambda_http::LambdaEvent::new(json!({"hello": "world"}), lambda_http::Context::default());
+    let err = skald_lambda::s3_events::handle(&app, event).await.expect_err("not a notification");
+    assert!(err.to_string().contains("neither an SQS batch nor an S3 notification"), "{err}");
 }

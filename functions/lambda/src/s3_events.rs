@@ -1,9 +1,15 @@
 //! The indexer's edge: S3 event notifications in, [`skald::indexer`]
 //! changes out (feature `s3-events`, linked by the `indexer` function only).
+//!
+//! Deployed, S3 sends its notifications to an SQS queue and the function
+//! takes them in batches (one index commit per batch, a bounded number of
+//! invocations at once); a notification invoked directly (as
+//! `cargo lambda invoke` does locally) is taken as well.
 
 use std::sync::Arc;
 
 use aws_lambda_events::s3::{S3Event, S3EventRecord};
+use aws_lambda_events::sqs::SqsEvent;
 use lambda_http::{Error, LambdaEvent, service_fn};
 use serde_json::{Value, json};
 use skald::app::App;
@@ -40,19 +46,50 @@ fn change(record: &S3EventRecord, location: &StoreLocation) -> Option<Change> {
     Some(Change { key: relative.to_owned(), at: record.event_time.timestamp() })
 }
 
-/// Applies one notification to the index and answers with the run's totals
-/// (`{"indexed", "removed", "unchanged", "ignored"}`), logged as one line.
+/// The changes an invocation's payload names: an SQS batch whose messages
+/// are S3 notifications (a message that is not one, such as the
+/// `s3:TestEvent` S3 sends when the notification is set up, is skipped and
+/// logged), or one S3 notification.
 ///
 /// # Errors
-/// A store, index or embedder failure: the invocation fails, and S3's
-/// asynchronous invocation retries it (a retry is safe: the indexer reads
-/// the current state).
-pub async fn handle(app: &App, event: LambdaEvent<S3Event>) -> Result<Value, Error> {
+/// A payload that is neither (the message names what was expected).
+pub fn payload_changes(payload: &Value, location: &StoreLocation) -> Result<Vec<Change>, Error> {
+    let source = payload.pointer("/Records/0/eventSource").and_then(Value::as_str);
+    if source == Some("aws:sqs") {
+        let batch: SqsEvent = serde_json::from_value(payload.clone())?;
+        let mut changes = Vec::new();
+        for message in &batch.records {
+            let body = message.body.as_deref().unwrap_or_default();
+            match serde_json::from_str::<S3Event>(body) {
+                Ok(event) => changes.extend(s3_changes(&event, location)),
+                Err(e) => tracing::info!(
+                    message_id = message.message_id.as_deref().unwrap_or_default(),
+                    error = %e,
+                    "an SQS message that is not an S3 notification; skipped"
+                ),
+            }
+        }
+        return Ok(changes);
+    }
+    let event: S3Event = serde_json::from_value(payload.clone())
+        .map_err(|e| format!("the payload is neither an SQS batch nor an S3 notification: {e}"))?;
+    Ok(s3_changes(&event, location))
+}
+
+/// Applies one invocation's notifications to the index and answers with
+/// the run's totals (`{"indexed", "removed", "unchanged", "ignored"}`),
+/// logged as one line.
+///
+/// # Errors
+/// An unreadable payload, or a store, index or embedder failure: the
+/// invocation fails and its messages are delivered again (a retry is safe:
+/// the indexer reads the current state).
+pub async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error> {
     let location = app.config.store_location()?;
-    let changes = s3_changes(&event.payload, &location);
+    let changes = payload_changes(&event.payload, &location)?;
     let report = apply(app, &changes).await?;
     tracing::info!(
-        records = event.payload.records.len(),
+        changes = changes.len(),
         indexed = report.indexed,
         removed = report.removed,
         unchanged = report.unchanged,
@@ -68,7 +105,8 @@ pub async fn handle(app: &App, event: LambdaEvent<S3Event>) -> Result<Value, Err
 }
 
 /// Builds the [`App`] from the environment and serves S3 event
-/// notifications until the runtime stops.
+/// notifications (in SQS batches, or one at a time) until the runtime
+/// stops.
 ///
 /// # Errors
 /// An init error (bad configuration, unreachable store) or a runtime error.
@@ -78,7 +116,7 @@ pub async fn run() -> Result<(), Error> {
     let app = Arc::new(App::new(config).await?);
     let app = &app;
     lambda_http::lambda_runtime::run(service_fn(
-        move |event: LambdaEvent<S3Event>| async move { handle(app, event).await },
+        move |event: LambdaEvent<Value>| async move { handle(app, event).await },
     ))
     .await
 }
