@@ -9,8 +9,8 @@
 use std::sync::Arc;
 
 use aws_lambda_events::s3::{S3Event, S3EventRecord};
-use aws_lambda_events::sqs::SqsEvent;
 use lambda_http::{Error, LambdaEvent, service_fn};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use skald::app::App;
 use skald::config::Config;
@@ -46,6 +46,24 @@ fn change(record: &S3EventRecord, location: &StoreLocation) -> Option<Change> {
     Some(Change { key: relative.to_owned(), at: record.event_time.timestamp() })
 }
 
+/// The part of an SQS batch the indexer reads. (`aws_lambda_events`'
+/// `sqs` feature has the whole type, but brings `serde_with` and some twenty
+/// crates for these two fields.)
+#[derive(Debug, Deserialize)]
+struct SqsBatch {
+    #[serde(rename = "Records")]
+    records: Vec<SqsMessage>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SqsMessage {
+    #[serde(default)]
+    message_id: Option<String>,
+    #[serde(default)]
+    body: Option<String>,
+}
+
 /// The changes an invocation's payload names: an SQS batch whose messages
 /// are S3 notifications (a message that is not one, such as the
 /// `s3:TestEvent` S3 sends when the notification is set up, is skipped and
@@ -56,7 +74,7 @@ fn change(record: &S3EventRecord, location: &StoreLocation) -> Option<Change> {
 pub fn payload_changes(payload: &Value, location: &StoreLocation) -> Result<Vec<Change>, Error> {
     let source = payload.pointer("/Records/0/eventSource").and_then(Value::as_str);
     if source == Some("aws:sqs") {
-        let batch: SqsEvent = serde_json::from_value(payload.clone())?;
+        let batch: SqsBatch = serde_json::from_value(payload.clone())?;
         let mut changes = Vec::new();
         for message in &batch.records {
             let body = message.body.as_deref().unwrap_or_default();
