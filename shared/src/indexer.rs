@@ -20,7 +20,7 @@ use futures_util::{StreamExt as _, TryStreamExt as _, stream};
 use crate::app::App;
 use crate::identity::AccountId;
 use crate::index::record::{LEVEL_ABSTRACT, LEVEL_FILE, LEVEL_OVERVIEW, classify};
-use crate::index::{IndexError, IndexSnapshot, Tombstone};
+use crate::index::{IndexSnapshot, Tombstone};
 use crate::ingest::{
     ABSTRACT_SIDECAR, IngestError, IngestOptions, OVERVIEW_SIDECAR, Pending, Times, commit_batch, directory_records,
     file_record,
@@ -147,14 +147,7 @@ pub async fn apply(app: &App, changes: &[Change]) -> Result<IndexerReport, Inges
         let (snapshot, sources) =
             tokio::join!(app.index.fresh_snapshot(&account), read_nodes(&app.store, &account, &nodes));
         let (snapshot, sources) = (snapshot?, sources?);
-        if let Some(built) = snapshot.embedder().filter(|b| **b != info) {
-            return Err(IndexError::EmbedderMismatch {
-                account: account.to_string(),
-                index: built.to_string(),
-                configured: info.to_string(),
-            }
-            .into());
-        }
+        snapshot.ensure_embedder(&account, &info)?;
         let mut pending: Vec<Pending> = Vec::new();
         let mut tombstones: Vec<Tombstone> = Vec::new();
         for ((node, at), source) in nodes.into_iter().zip(sources) {

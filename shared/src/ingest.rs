@@ -326,14 +326,7 @@ pub async fn ingest_dir(
 ) -> Result<IngestReport, IngestError> {
     let info = EmbedderInfo { id: embedder.id().to_owned(), dimension: embedder.dimension() };
     let snapshot = IndexSnapshot::load(store, account, None).await?;
-    if let Some(existing) = snapshot.embedder().filter(|e| **e != info) {
-        return Err(IndexError::EmbedderMismatch {
-            account: account.to_string(),
-            index: existing.to_string(),
-            configured: info.to_string(),
-        }
-        .into());
-    }
+    snapshot.ensure_embedder(account, &info)?;
     let mut skipped = Vec::new();
     let nodes = walk(source, &mut skipped)?;
     let mut report = IngestReport { skipped: skipped.len(), ..IngestReport::default() };

@@ -457,6 +457,15 @@ impl IndexSnapshot {
         Ok(Self { etag: Some(etag), manifest: Some(manifest), segments, live, live_count })
     }
 
+    /// Checks that this index was built by `configured` (an empty index was
+    /// built by none, and any embedder may start it).
+    ///
+    /// # Errors
+    /// [`IndexError::EmbedderMismatch`] naming both embedders.
+    pub fn ensure_embedder(&self, account: &AccountId, configured: &EmbedderInfo) -> Result<(), IndexError> {
+        self.manifest.as_ref().map_or(Ok(()), |m| check_embedder(account, m, configured))
+    }
+
     /// The segments the manifest lists (each loaded).
     #[must_use]
     pub fn segment_count(&self) -> usize {
