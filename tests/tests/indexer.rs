@@ -392,3 +392,33 @@ async fn the_function_takes_sqs_batches_of_s3_notifications() {
     let err = skald_lambda::s3_events::handle(&app, event).await.expect_err("not a notification");
     assert!(err.to_string().contains("neither an SQS batch nor an S3 notification"), "{err}");
 }
+
+proptest::proptest! {
+    /// Any key a notification can carry gets an answer, never a panic; a
+    /// key that names a file of a tree names that file's URI, whatever its
+    /// account and path, unless it is hidden or a session's.
+    #[test]
+    fn every_key_maps_to_a_node_or_a_reason(
+        noise in "\\PC{0,80}",
+        account in "[a-z0-9][a-z0-9_-]{0,20}",
+        root in proptest::sample::select(vec!["resources", "agent/skills", "user/u1/memories/events", "user/u1/sessions/s1"]),
+        dirs in proptest::collection::vec("[.]?[a-zA-Z0-9 _éü中-]{1,12}", 0..4),
+        name in "[.]?[a-zA-Z0-9 _中-]{1,12}",
+    ) {
+        let _ = skald::indexer::node_of(&noise);
+        let path = [root.to_owned()].into_iter().chain(dirs.iter().cloned()).chain([format!("{name}.md")]).collect::<Vec<_>>().join("/");
+        let key = format!("accounts/{account}/tree/{path}");
+        let hidden = dirs.iter().any(|d| d.starts_with('.')) || name.starts_with('.');
+        let valid = AccountId::new(&account).is_ok() && skald::uri::VikingUri::from_path(&path).is_ok();
+        let indexable = valid && !hidden && !root.contains("sessions");
+        match skald::indexer::node_of(&key) {
+            Ok((got_account, skald::indexer::Node::File(uri))) => {
+                proptest::prop_assert!(indexable, "{key} should be ignored");
+                proptest::prop_assert_eq!(got_account.to_string(), account);
+                proptest::prop_assert_eq!(uri.to_string(), format!("viking://{path}"));
+            }
+            Ok(other) => proptest::prop_assert!(false, "{key}: {other:?}"),
+            Err(why) => proptest::prop_assert!(!indexable, "{key} should be indexed: {why:?}"),
+        }
+    }
+}
