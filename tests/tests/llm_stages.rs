@@ -112,6 +112,19 @@ fn before_deadline(elapsed: Duration, what: &str) {
     assert!(elapsed < Duration::from_millis(DEADLINE_MS), "{what}: answered after {elapsed:?}");
 }
 
+/// Sends `body` to `search` under the test deadline and returns `result`
+/// after asserting a 200 before the deadline and, when `fault` makes the
+/// stage wait, a request that took at least `waited`.
+async fn answered_in_time(app: &Arc<App>, body: &Value, fault: &Fault, waited: Duration) -> Value {
+    let (reply, elapsed) = search_by_deadline(app, body).await;
+    let result = ok(&reply).clone();
+    before_deadline(elapsed, fault.name);
+    if fault.waits {
+        assert!(elapsed >= waited, "{}: the stage did not wait ({elapsed:?}) for {body}", fault.name);
+    }
+    result
+}
+
 /// Asserts a hanging rewrite was waited out within the deadline: a 200
 /// that took at least [`REWRITE_WAITED`] and less than [`DEADLINE_MS`], with
 /// `stats.rewrite == "timeout"` and the block still rendered.
@@ -283,12 +296,8 @@ async fn expansion_faults_fall_back_to_the_original_query_before_the_deadline() 
         append(&app, "exp-fault", "user", "we talked about the family dinner").await;
 
         // Context mode: the original query alone, the block as without a model.
-        let (reply, elapsed) = search_by_deadline(&app, &ctx_body(&json!({"session_id": "exp-fault"}))).await;
-        let result = ok(&reply);
-        before_deadline(elapsed, name);
-        if fault.waits {
-            assert!(elapsed >= EXPANSION_WAITED, "{name}: the stage did not wait ({elapsed:?})");
-        }
+        let result =
+            &answered_in_time(&app, &ctx_body(&json!({"session_id": "exp-fault"})), &fault, EXPANSION_WAITED).await;
         let s = stats(result);
         assert_eq!(s["query_expansion"], fault.status, "{name}: {s}");
         assert!(s["query_expansion_error"].as_str().is_some_and(|e| !e.is_empty()), "{name}: {s}");
@@ -300,12 +309,7 @@ async fn expansion_faults_fall_back_to_the_original_query_before_the_deadline() 
 
         // List mode: exactly find's result, no query_plan.
         let list_body = json!({"query": QUERY, "limit": 5, "session_id": "exp-fault"});
-        let (reply, elapsed) = search_by_deadline(&app, &list_body).await;
-        let listed = ok(&reply).clone();
-        before_deadline(elapsed, name);
-        if fault.waits {
-            assert!(elapsed >= EXPANSION_WAITED, "{name}: list mode did not wait ({elapsed:?})");
-        }
+        let listed = answered_in_time(&app, &list_body, &fault, EXPANSION_WAITED).await;
         let find = call(&app, Handler::Find, "POST", FIND_PATH, &[], Some(&json!({"query": QUERY, "limit": 5}))).await;
         assert_eq!(listed, *ok(&find), "{name}: list mode after a failed expansion is find");
         assert!(listed.get("query_plan").is_none(), "{name}: {listed:#}");
@@ -330,12 +334,7 @@ async fn rewrite_faults_keep_the_block_and_answer_before_the_deadline() {
         server.on(REWRITE_MARKER, fault.reply.clone());
         let (app, _dirs) = app_with_model(&server).await;
 
-        let (reply, elapsed) = search_by_deadline(&app, &ctx_body(&json!({"rewrite": true}))).await;
-        let result = ok(&reply);
-        before_deadline(elapsed, name);
-        if fault.waits {
-            assert!(elapsed >= REWRITE_WAITED, "{name}: the stage did not wait ({elapsed:?})");
-        }
+        let result = &answered_in_time(&app, &ctx_body(&json!({"rewrite": true})), &fault, REWRITE_WAITED).await;
         let s = stats(result);
         assert_eq!(s["rewrite"], fault.status, "{name}: {s}");
         assert_eq!(s["query_expansion"], "off", "{name}: no session");
