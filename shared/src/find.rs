@@ -103,7 +103,8 @@ pub fn default_targets(identity: &Identity, context_type: Option<ContextType>) -
     paths.iter().map(|p| uri(p)).collect()
 }
 
-/// The targets a request may search: each explicit target that lies inside
+/// The targets a request may search: each explicit target (`viking://~/…`
+/// resolved to the caller's own root) that lies inside
 /// what the caller may see, narrowed to the visible roots when it is an
 /// ancestor of them (`viking://` → the user's tree and the shared roots).
 ///
@@ -112,16 +113,13 @@ pub fn default_targets(identity: &Identity, context_type: Option<ContextType>) -
 /// peer's tree while an actor peer is set.
 pub fn authorize_targets(identity: &Identity, targets: &[VikingUri]) -> Result<Vec<VikingUri>, ApiError> {
     let roots = identity.visible_roots();
-    let peers_root = identity.user_root().join("peers").ok();
     let mut out = Vec::new();
     for target in targets {
-        if let (Some(actor), Some(peers)) = (&identity.actor_peer, &peers_root) {
-            let other_peer = target.is_under(peers) && target.segments().nth(3).is_some_and(|p| p != actor.as_str());
-            if other_peer {
-                return Err(ApiError::PermissionDenied(format!(
-                    "target_uri {target} belongs to another peer than the acting peer {actor}"
-                )));
-            }
+        let target = &identity.resolve_home(target);
+        if let (true, Some(actor)) = (identity.is_other_peer(target), &identity.actor_peer) {
+            return Err(ApiError::PermissionDenied(format!(
+                "target_uri {target} belongs to another peer than the acting peer {actor}"
+            )));
         }
         if roots.iter().any(|r| target.is_under(r)) {
             out.push(target.clone());

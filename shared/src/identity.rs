@@ -99,6 +99,38 @@ impl Identity {
         self.visible_roots().iter().any(|root| uri.is_under(root) || root.is_under(uri))
     }
 
+    /// `uri` with the home alias expanded: `viking://~` is the caller's own
+    /// user root and `viking://~/rest` lies below it; any other URI comes
+    /// back unchanged. Every URI a request names goes through this before
+    /// it is authorised.
+    #[must_use]
+    pub fn resolve_home(&self, uri: &VikingUri) -> VikingUri {
+        let path = uri.path();
+        let rest = match path.split_once('/') {
+            Some(("~", rest)) => Some(rest),
+            None if path == "~" => Some(""),
+            _ => None,
+        };
+        match rest {
+            None => uri.clone(),
+            Some("") => self.user_root(),
+            Some(rest) => self.user_root().join(rest).unwrap_or_else(|_| uri.clone()),
+        }
+    }
+
+    /// Whether `uri` lies in the tree of a peer other than the acting peer
+    /// (`viking://user/{user}/peers/{other}/…`); never when no actor peer
+    /// is set. Such a URI is hidden from, and refused to, the request.
+    #[must_use]
+    pub fn is_other_peer(&self, uri: &VikingUri) -> bool {
+        let Some(actor) = &self.actor_peer else { return false };
+        let mut segments = uri.segments();
+        matches!(
+            (segments.next(), segments.next(), segments.next(), segments.next()),
+            (Some("user"), Some(user), Some("peers"), Some(peer)) if user == self.user.as_str() && peer != actor.as_str()
+        )
+    }
+
     /// The roots this identity can see: its user tree and the shared roots.
     #[must_use]
     pub fn visible_roots(&self) -> Vec<VikingUri> {
@@ -146,5 +178,36 @@ mod tests {
         assert!(!me.may_read(&u("viking://user/alicex")));
         assert!(!me.may_read(&u("viking://agent/private")));
         assert!(!me.may_read(&u("viking://session/123")));
+    }
+
+    #[test]
+    fn the_home_alias_is_the_callers_own_root() {
+        let me = alice();
+        let u = |s: &str| VikingUri::parse(s).expect("valid");
+        let cases = [
+            ("viking://~", "viking://user/alice"),
+            ("viking://~/", "viking://user/alice"),
+            ("viking://~/memories/profile.md", "viking://user/alice/memories/profile.md"),
+            // Only the first segment is the alias.
+            ("viking://user/~/memories", "viking://user/~/memories"),
+            ("viking://~x/memories", "viking://~x/memories"),
+            ("viking://resources/~", "viking://resources/~"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(me.resolve_home(&u(text)).as_str(), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn other_peers_are_hidden_only_from_an_acting_peer() {
+        let mut me = alice();
+        let u = |s: &str| VikingUri::parse(s).expect("valid");
+        let other = u("viking://user/alice/peers/p2/memories/x.md");
+        assert!(!me.is_other_peer(&other));
+        me.actor_peer = Some(PeerId::new("p1").expect("valid"));
+        assert!(me.is_other_peer(&other));
+        assert!(!me.is_other_peer(&u("viking://user/alice/peers/p1/memories/x.md")));
+        assert!(!me.is_other_peer(&u("viking://user/alice/peers")));
+        assert!(!me.is_other_peer(&u("viking://user/alice/memories/x.md")));
     }
 }

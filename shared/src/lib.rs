@@ -9,6 +9,7 @@ pub mod app;
 #[cfg(feature = "assemble")]
 pub mod assemble;
 pub mod config;
+pub mod content;
 pub mod deadline;
 pub mod embed;
 pub mod find;

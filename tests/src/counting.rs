@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use skald::store::{Object, ObjectMeta, PutMode, SharedStore, Store, StoreError};
+use skald::store::{DirListing, Object, ObjectMeta, PutMode, SharedStore, Store, StoreError};
 
 /// One recorded store call: the operation and its key (or prefix).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +68,11 @@ impl Store for CountingStore {
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError> {
         self.record("LIST", prefix);
         self.inner.list(prefix).await
+    }
+
+    async fn list_dir(&self, dir: &str, limit: usize) -> Result<DirListing, StoreError> {
+        self.record("LIST /", dir);
+        self.inner.list_dir(dir, limit).await
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {

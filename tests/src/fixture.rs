@@ -419,6 +419,8 @@ pub enum Handler {
     Bootstrap,
     /// `skald::api::sessions::handle`.
     Sessions,
+    /// `skald::api::content::handle`.
+    Content,
 }
 
 /// A response as status, headers, the raw body text and the body as JSON.
@@ -467,6 +469,10 @@ pub async fn call_handler(app: &Arc<App>, handler: Handler, event: lambda_http::
         }
         Handler::Sessions => {
             let h = |app: Arc<App>, request| async move { skald::api::sessions::handle(&app, request).await };
+            skald_lambda::serve(app, &h, event).await
+        }
+        Handler::Content => {
+            let h = |app: Arc<App>, request| async move { skald::api::content::handle(&app, request).await };
             skald_lambda::serve(app, &h, event).await
         }
     };

@@ -4,6 +4,7 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::content::ContentError;
 use crate::embed::EmbedError;
 use crate::index::IndexError;
 use crate::store::StoreError;
@@ -155,6 +156,18 @@ impl From<IndexError> for ApiError {
             IndexError::Store(s) => s.into(),
             IndexError::EmbedderMismatch { .. } | IndexError::Contention(_) => Self::Unavailable(e.to_string()),
             IndexError::Corrupt(_) => Self::Internal(e.to_string()),
+        }
+    }
+}
+
+impl From<ContentError> for ApiError {
+    fn from(e: ContentError) -> Self {
+        match e {
+            ContentError::NotFound { .. } => Self::NotFound(e.to_string()),
+            ContentError::IsDirectory(_) | ContentError::NotDirectory(_) => Self::InvalidArgument(e.to_string()),
+            ContentError::Forbidden(_) => Self::PermissionDenied(e.to_string()),
+            ContentError::Store(s) => s.into(),
+            ContentError::Index(i) => i.into(),
         }
     }
 }

@@ -219,9 +219,135 @@ impl Body {
     }
 }
 
+/// A request's query string being validated, as the reference's FastAPI
+/// query parameters: percent-decoded (`+` is a space), the last value of a
+/// repeated name wins, unknown names are ignored, and every problem is a
+/// [`FieldError`] at `["query", name]`.
+#[derive(Debug, Default)]
+pub struct Query {
+    pairs: Vec<(String, String)>,
+    errors: Vec<FieldError>,
+}
+
+impl Query {
+    /// Parses `query` (the part of the URI after `?`; `None`: empty).
+    #[must_use]
+    pub fn parse(query: Option<&str>) -> Self {
+        let decode = |s: &str| {
+            let spaced = s.replace('+', " ");
+            percent_encoding::percent_decode_str(&spaced).decode_utf8_lossy().into_owned()
+        };
+        let pairs = query
+            .unwrap_or_default()
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                (decode(k), decode(v))
+            })
+            .collect();
+        Self { pairs, errors: Vec::new() }
+    }
+
+    fn error(&mut self, name: &str, kind: &str, message: &str) {
+        self.errors.push(FieldError {
+            loc: vec!["query".into(), name.into()],
+            message: message.into(),
+            kind: kind.into(),
+        });
+    }
+
+    /// The value of `name` (the last one sent), if any.
+    #[must_use]
+    pub fn raw(&self, name: &str) -> Option<&str> {
+        self.pairs.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// Records a `value_error` on `name` (a value of the right type that
+    /// is not acceptable).
+    pub fn value_error(&mut self, name: &str, message: &str) {
+        self.error(name, "value_error", &format!("Value error, {message}"));
+    }
+
+    /// A required string parameter (`missing` when absent).
+    pub fn required(&mut self, name: &str) -> Option<String> {
+        let value = self.raw(name).map(str::to_owned);
+        if value.is_none() {
+            self.error(name, "missing", "Field required");
+        }
+        value
+    }
+
+    /// An integer parameter within `min..=max` (each bound optional).
+    pub fn int(&mut self, name: &str, min: Option<i64>, max: Option<i64>) -> Option<i64> {
+        let text = self.raw(name)?.trim().to_owned();
+        let Ok(n) = text.parse::<i64>() else {
+            self.error(name, "int_parsing", "Input should be a valid integer, unable to parse string as an integer");
+            return None;
+        };
+        if let Some(lo) = min.filter(|lo| n < *lo) {
+            self.error(name, "greater_than_equal", &format!("Input should be greater than or equal to {lo}"));
+            return None;
+        }
+        if let Some(hi) = max.filter(|hi| n > *hi) {
+            self.error(name, "less_than_equal", &format!("Input should be less than or equal to {hi}"));
+            return None;
+        }
+        Some(n)
+    }
+
+    /// A boolean parameter (`true/false`, `1/0`, `yes/no`, `on/off`, any
+    /// case, as pydantic reads them).
+    pub fn boolean(&mut self, name: &str) -> Option<bool> {
+        let text = self.raw(name)?.trim().to_ascii_lowercase();
+        match text.as_str() {
+            "true" | "1" | "yes" | "on" | "t" | "y" => Some(true),
+            "false" | "0" | "no" | "off" | "f" | "n" => Some(false),
+            _ => {
+                self.error(name, "bool_parsing", "Input should be a valid boolean, unable to interpret input");
+                None
+            }
+        }
+    }
+
+    /// One of `allowed`.
+    pub fn literal(&mut self, name: &str, allowed: &[&str]) -> Option<String> {
+        let value = self.raw(name)?.to_owned();
+        if allowed.contains(&value.as_str()) {
+            return Some(value);
+        }
+        let quoted: Vec<String> = allowed.iter().map(|a| format!("'{a}'")).collect();
+        self.error(name, "literal_error", &format!("Input should be {}", quoted.join(" or ")));
+        None
+    }
+
+    /// Ends validation.
+    ///
+    /// # Errors
+    /// Every recorded error, as one 400.
+    pub fn finish(self) -> Result<(), ApiError> {
+        if self.errors.is_empty() { Ok(()) } else { Err(ApiError::Validation(self.errors)) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn query_parameters_decode_and_validate_like_fastapi() {
+        let mut q = Query::parse(Some("uri=viking%3A%2F%2F~%2Fa+b.md&limit=abc&recursive=True&recursive=0&x"));
+        assert_eq!(q.required("uri").as_deref(), Some("viking://~/a b.md"));
+        assert_eq!(q.boolean("recursive"), Some(false), "the last value wins");
+        assert_eq!(q.int("limit", None, None), None);
+        assert_eq!(q.required("missing"), None);
+        let ApiError::Validation(errors) = q.finish().expect_err("invalid") else { panic!("validation") };
+        let locs: Vec<String> = errors.iter().map(|e| format!("{}.{}:{}", e.loc[0], e.loc[1], e.kind)).collect();
+        assert_eq!(locs, ["\"query\".\"limit\":int_parsing", "\"query\".\"missing\":missing"]);
+        let mut q = Query::parse(Some("n=5"));
+        assert_eq!(q.int("n", Some(1), Some(4)), None);
+        assert!(q.finish().is_err());
+    }
 
     fn body(json: &str) -> Body {
         Body::parse(json.as_bytes(), &["a", "b", "c"]).expect("object")

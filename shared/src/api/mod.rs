@@ -17,6 +17,7 @@ use crate::identity::Identity;
 pub mod auth;
 #[cfg(feature = "assemble")]
 pub mod bootstrap;
+pub mod content;
 pub mod error;
 pub mod fields;
 pub mod find;

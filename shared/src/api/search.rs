@@ -616,7 +616,8 @@ pub async fn context(
 ) -> Result<Value, ApiError> {
     authorize_targets(identity, &request.assemble.exclude)
         .map_err(|_| ApiError::PermissionDenied("exclude_uris names a URI outside the caller's tree".into()))?;
-    let mut exclusion = Exclusion { subtrees: request.assemble.exclude.clone(), ..Exclusion::default() };
+    let subtrees = request.assemble.exclude.iter().map(|uri| identity.resolve_home(uri)).collect();
+    let mut exclusion = Exclusion { subtrees, ..Exclusion::default() };
     let query = request.common.params.query.as_str();
     let wants_expansion = expansion_enabled(app, request.query_expansion);
     let wants_rewrite = match request.rewrite {

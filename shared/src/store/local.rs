@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use super::{Object, ObjectMeta, PutMode, Store, StoreError, content_etag, validate_key};
+use super::{DirListing, Object, ObjectMeta, PutMode, Store, StoreError, content_etag, cut_listing, validate_key};
 
 /// Directory (under the root) for temporary files; never listed.
 const TMP_DIR: &str = ".tmp";
@@ -200,6 +200,36 @@ impl Store for LocalStore {
             }
             out.sort_by(|a, b| a.key.cmp(&b.key));
             Ok(out)
+        })
+        .await
+    }
+
+    async fn list_dir(&self, dir: &str, limit: usize) -> Result<DirListing, StoreError> {
+        let path = self.path_of(dir)?;
+        let owned = dir.to_owned();
+        Self::blocking("list", dir, move || {
+            let entries = match fs::read_dir(&path) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == ErrorKind::NotFound || e.kind() == ErrorKind::NotADirectory => {
+                    return Ok(DirListing::default());
+                }
+                Err(e) => return Err(backend("list", &owned, &e)),
+            };
+            let (mut files, mut dirs) = (Vec::new(), Vec::new());
+            for entry in entries {
+                let entry = entry.map_err(|e| backend("list", &owned, &e))?;
+                let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
+                if entry.file_type().map_err(|e| backend("list", &owned, &e))?.is_dir() {
+                    dirs.push(name);
+                } else {
+                    let key = format!("{owned}/{name}");
+                    let body = read_file("list", &key, &entry.path())?;
+                    files.push(ObjectMeta { etag: content_etag(&body), size: body.len() as u64, key });
+                }
+            }
+            files.sort_by(|a, b| a.key.cmp(&b.key));
+            dirs.sort();
+            Ok(cut_listing(&format!("{owned}/"), files, dirs, limit))
         })
         .await
     }

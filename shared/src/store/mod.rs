@@ -70,6 +70,17 @@ pub enum PutMode {
     IfMatch(String),
 }
 
+/// One level of a directory listing ([`Store::list_dir`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DirListing {
+    /// The objects directly under the directory, sorted by key.
+    pub files: Vec<ObjectMeta>,
+    /// The names (one segment each) of its subdirectories, sorted.
+    pub dirs: Vec<String>,
+    /// Whether the directory holds more entries than were asked for.
+    pub truncated: bool,
+}
+
 /// The object store every function reads and writes through.
 ///
 /// Keys are relative `/`-separated paths without empty, `.` or `..`
@@ -100,11 +111,60 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// `Backend` on failure.
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError>;
 
+    /// One level below the directory `dir` (a key prefix without its
+    /// trailing `/`): the objects directly under `dir/` and the names of
+    /// its subdirectories, at most `limit` entries in all (files and
+    /// directories merged in name order), `truncated` when there are more.
+    /// A directory that holds nothing lists empty.
+    ///
+    /// Cost (S3): one `ListObjectsV2` with a delimiter per 1000 entries; the
+    /// default implementation lists the whole subtree.
+    ///
+    /// # Errors
+    /// `Backend` on failure.
+    async fn list_dir(&self, dir: &str, limit: usize) -> Result<DirListing, StoreError> {
+        let prefix = format!("{dir}/");
+        let mut files = Vec::new();
+        let mut dirs: Vec<String> = Vec::new();
+        for object in self.list(&prefix).await? {
+            match object.key[prefix.len()..].split_once('/') {
+                Some((name, _)) => {
+                    if dirs.last().map(String::as_str) != Some(name) {
+                        dirs.push(name.to_owned());
+                    }
+                }
+                None => files.push(object),
+            }
+        }
+        dirs.dedup();
+        Ok(cut_listing(&prefix, files, dirs, limit))
+    }
+
     /// Removes the object under `key`; removing a missing object succeeds.
     ///
     /// # Errors
     /// `Backend` on failure.
     async fn delete(&self, key: &str) -> Result<(), StoreError>;
+}
+
+/// `files` and `dirs` (both under `prefix`, each sorted) cut to `limit`
+/// entries in merged name order.
+#[must_use]
+pub fn cut_listing(prefix: &str, mut files: Vec<ObjectMeta>, mut dirs: Vec<String>, limit: usize) -> DirListing {
+    let total = files.len() + dirs.len();
+    if total > limit {
+        let mut names: Vec<&str> =
+            files.iter().map(|f| &f.key[prefix.len()..]).chain(dirs.iter().map(String::as_str)).collect();
+        names.sort_unstable();
+        if let Some(last) = names.get(limit.saturating_sub(1)).filter(|_| limit > 0).map(|n| (*n).to_owned()) {
+            files.retain(|f| f.key[prefix.len()..] <= *last);
+            dirs.retain(|d| *d <= last);
+        } else {
+            files.clear();
+            dirs.clear();
+        }
+    }
+    DirListing { files, dirs, truncated: total > limit }
 }
 
 /// A shared store handle.

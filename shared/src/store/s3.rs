@@ -17,7 +17,7 @@ use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
 
-use super::{Object, ObjectMeta, PutMode, Store, StoreError, validate_key};
+use super::{DirListing, Object, ObjectMeta, PutMode, Store, StoreError, cut_listing, validate_key};
 
 /// The SDK this backend is built on, re-exported so that callers (tests,
 /// tools) can build their own [`aws_sdk_s3::Client`] for
@@ -264,6 +264,50 @@ impl Store for S3Store {
         }
         out.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(out)
+    }
+
+    async fn list_dir(&self, dir: &str, limit: usize) -> Result<DirListing, StoreError> {
+        validate_key(dir)?;
+        let root = if self.prefix.is_empty() { String::new() } else { format!("{}/", self.prefix) };
+        let prefix = format!("{dir}/");
+        let full_prefix = format!("{root}{prefix}");
+        let (mut files, mut dirs) = (Vec::new(), Vec::new());
+        let mut token: Option<String> = None;
+        loop {
+            let output = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(&full_prefix)
+                .delimiter("/")
+                .set_continuation_token(token.take())
+                .send()
+                .await
+                .map_err(|e| backend("list", dir, &e))?;
+            for object in output.contents() {
+                let Some(key) = object.key().and_then(|k| k.strip_prefix(&root)) else { continue };
+                files.push(ObjectMeta {
+                    key: key.to_owned(),
+                    etag: unquote(object.e_tag()),
+                    size: size_of(object.size()),
+                });
+            }
+            for common in output.common_prefixes() {
+                let name = common.prefix().and_then(|p| p.strip_prefix(&full_prefix)).map(|p| p.trim_end_matches('/'));
+                if let Some(name) = name.filter(|n| !n.is_empty()) {
+                    dirs.push(name.to_owned());
+                }
+            }
+            // One entry past the limit is enough to know the listing is cut.
+            let enough = files.len() + dirs.len() > limit;
+            match output.next_continuation_token() {
+                Some(next) if output.is_truncated() == Some(true) && !enough => token = Some(next.to_owned()),
+                _ => break,
+            }
+        }
+        files.sort_by(|a, b| a.key.cmp(&b.key));
+        dirs.sort();
+        Ok(cut_listing(&prefix, files, dirs, limit))
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {

@@ -1,0 +1,252 @@
+//! The routes agents' plugins probe and read, shapes as the reference:
+//!
+//! - `GET /health` — liveness: no identity, no store call, no envelope
+//! - `GET /api/v1/system/status` — `{initialized, user}` for the caller
+//! - `GET /api/v1/content/read?uri=&offset=&limit=&raw=` — a file's text
+//! - `GET /api/v1/content/abstract?uri=`, `…/overview?uri=` — L0 / L1
+//! - `GET /api/v1/fs/ls?uri=&recursive=&output=agent|original&abs_limit=&node_limit=&limit=&show_all_hidden=&simple=`
+//! - `GET /api/v1/fs/stat?uri=`
+//!
+//! Every URI goes through the tenancy of `find` ([`crate::content`]); a
+//! listing that was cut says so with a top-level `"truncated": true` beside
+//! `result`, a read with a closing `[truncated: …]` line.
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use serde_json::{Value, json};
+
+use super::error::ApiError;
+use super::fields::Query;
+use super::{Admitted, admit_method, error_response, ok, within_deadline};
+use crate::app::App;
+use crate::config::IdentityMode;
+use crate::content::{Content, Entry, Lines, ListOptions, MAX_NODE_LIMIT};
+use crate::index::IndexSnapshot;
+use crate::uri::VikingUri;
+
+/// The version `GET /health` reports.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Default characters of an abstract in an `fs/ls` agent entry.
+pub const DEFAULT_ABS_LIMIT: i64 = 256;
+/// Default entries of an `fs/ls` listing.
+pub const DEFAULT_NODE_LIMIT: i64 = 1000;
+
+/// The routes this module serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Health,
+    Status,
+    Read,
+    Abstract,
+    Overview,
+    Ls,
+    Stat,
+}
+
+fn route(path: &str) -> Option<Route> {
+    Some(match path.trim_end_matches('/') {
+        "/health" => Route::Health,
+        "/api/v1/system/status" => Route::Status,
+        "/api/v1/content/read" => Route::Read,
+        "/api/v1/content/abstract" => Route::Abstract,
+        "/api/v1/content/overview" => Route::Overview,
+        "/api/v1/fs/ls" => Route::Ls,
+        "/api/v1/fs/stat" => Route::Stat,
+        _ => return None,
+    })
+}
+
+/// Handles every route of the `content` function; never panics on input
+/// and always answers JSON.
+pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
+    let path = request.uri().path();
+    let Some(route) = route(path) else {
+        return error_response(&ApiError::NotFound(format!("no route {} {path}", request.method())));
+    };
+    if route == Route::Health {
+        return health(app, request.method());
+    }
+    let admitted = match admit_method(app, &request, &Method::GET) {
+        Ok(a) => a,
+        Err(e) => return error_response(&e),
+    };
+    let query = Query::parse(request.uri().query());
+    match within_deadline(&admitted.deadline, run(app, &admitted, route, query)).await {
+        Ok((result, truncated)) => {
+            let mut response = ok(result, None);
+            if truncated {
+                // `{"status":"ok","result":…,"truncated":true}`: clients that
+                // read `result` are unaffected.
+                let body = response.body_mut();
+                body.truncate(body.len().saturating_sub(1));
+                body.push_str(",\"truncated\":true}");
+            }
+            response
+        }
+        Err(e) => error_response(&e),
+    }
+}
+
+/// `GET /health`: `{"status":"ok","healthy":true,"version":…,"auth_mode":…}`
+/// with no envelope, no identity and no store call.
+fn health(app: &App, method: &Method) -> Response<String> {
+    if method != Method::GET && method != Method::HEAD {
+        return error_response(&ApiError::MethodNotAllowed(method.to_string(), "GET".into()));
+    }
+    let auth_mode = match app.config.identity.mode {
+        IdentityMode::Dev => "dev",
+        IdentityMode::Authorizer => "authorizer",
+    };
+    let body = json!({ "status": "ok", "healthy": true, "version": VERSION, "auth_mode": auth_mode });
+    let mut response = Response::new(body.to_string());
+    *response.status_mut() = StatusCode::OK;
+    response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    response
+}
+
+/// The required `uri` parameter, validated (`None` with the problem
+/// recorded in `query`).
+fn uri_param(query: &mut Query) -> Option<VikingUri> {
+    let text = query.required("uri")?;
+    VikingUri::parse(text.trim()).map_err(|e| query.value_error("uri", &e.to_string())).ok()
+}
+
+/// Ends validation and hands back the URI it checked.
+fn finish(query: Query, uri: Option<VikingUri>) -> Result<VikingUri, ApiError> {
+    query.finish()?;
+    uri.ok_or_else(|| ApiError::InvalidArgument("uri is required".into()))
+}
+
+async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query) -> Result<(Value, bool), ApiError> {
+    let content = Content::new(&app.store, &admitted.identity);
+    match route {
+        Route::Health | Route::Status => {
+            query.finish()?;
+            Ok((json!({ "initialized": true, "user": admitted.identity.user.as_str() }), false))
+        }
+        Route::Read => {
+            let uri = uri_param(&mut query);
+            let offset = query.int("offset", None, None).unwrap_or(0);
+            let limit = query.int("limit", None, None).unwrap_or(-1);
+            let raw = query.boolean("raw").unwrap_or(false);
+            let uri = finish(query, uri)?;
+            let lines = Lines { offset, limit: u64::try_from(limit).ok() };
+            let read = content.read(&uri, lines, raw).await?;
+            Ok((Value::String(read.text), read.next_offset.is_some()))
+        }
+        Route::Abstract | Route::Overview => {
+            let uri = uri_param(&mut query);
+            let uri = finish(query, uri)?;
+            let text = if route == Route::Abstract {
+                content.abstract_of(&uri, app.config.index.abstract_max_bytes).await?
+            } else {
+                content.overview_of(&uri).await?
+            };
+            Ok((Value::String(text), false))
+        }
+        Route::Stat => {
+            let uri = uri_param(&mut query);
+            let stat = content.stat(&finish(query, uri)?).await?;
+            let stat = json!({
+                "name": stat.name,
+                "size": stat.size,
+                "mode": if stat.is_dir { 493 } else { 420 },
+                "isDir": stat.is_dir,
+                "isLocked": false,
+                "uri": stat.uri.as_str(),
+            });
+            Ok((stat, false))
+        }
+        Route::Ls => {
+            let uri = uri_param(&mut query);
+            let max = i64::try_from(MAX_NODE_LIMIT).unwrap_or(i64::MAX);
+            let recursive = query.boolean("recursive").unwrap_or(false);
+            let simple = query.boolean("simple").unwrap_or(false);
+            let show_hidden = query.boolean("show_all_hidden").unwrap_or(false);
+            let agent = query.literal("output", &["agent", "original"]).is_none_or(|o| o == "agent");
+            let abs_limit = query.int("abs_limit", Some(1), Some(100_000)).unwrap_or(DEFAULT_ABS_LIMIT);
+            let node_limit = query.int("node_limit", None, Some(max));
+            let limit = query.int("limit", None, Some(max));
+            let uri = finish(query, uri)?;
+            // As the reference: `limit` wins over `node_limit`; 0 or less lists nothing.
+            let node_limit = limit.or(node_limit).unwrap_or(DEFAULT_NODE_LIMIT);
+            let options = ListOptions {
+                recursive,
+                show_hidden,
+                node_limit: usize::try_from(node_limit).unwrap_or(0),
+                abs_limit: usize::try_from(abs_limit).unwrap_or(0),
+            };
+            if options.node_limit == 0 {
+                content.authorize(&uri)?;
+                return Ok((json!([]), false));
+            }
+            // Abstracts come from the index; other shapes need none.
+            let index = if agent && !simple {
+                crate::find::checked_snapshot(app, &admitted.identity).await?
+            } else {
+                std::sync::Arc::new(IndexSnapshot::default())
+            };
+            let listing = content.list(&uri, &options, &index).await?;
+            let entries: Vec<Value> = listing
+                .entries
+                .iter()
+                .map(|e| if simple { json!(e.uri.as_str()) } else { entry_json(e, agent, recursive) })
+                .collect();
+            Ok((Value::Array(entries), listing.truncated))
+        }
+    }
+}
+
+/// One `fs/ls` entry in the reference's shapes: agent mode
+/// `{uri, size, isDir, modTime?, abstract}` plus `name` and `rel_path`;
+/// original mode `{name, size, mode, modTime?, isDir, uri}` plus `rel_path`
+/// when recursive. `modTime` is the index's update time, when it has one.
+fn entry_json(entry: &Entry, agent: bool, recursive: bool) -> Value {
+    let mut value = json!({
+        "uri": entry.uri.as_str(),
+        "name": entry.name,
+        "size": entry.size,
+        "isDir": entry.is_dir,
+    });
+    if let Some(time) = entry.updated_at.and_then(format_mod_time) {
+        value["modTime"] = Value::String(time);
+    }
+    if agent {
+        value["rel_path"] = Value::String(entry.rel_path.clone());
+        value["abstract"] = Value::String(entry.abstract_text.clone());
+    } else {
+        value["mode"] = json!(if entry.is_dir { 493 } else { 420 });
+        if recursive {
+            value["rel_path"] = Value::String(entry.rel_path.clone());
+        }
+    }
+    value
+}
+
+/// Unix seconds as `yyyy-MM-ddTHH:mm:ss.SSSZ` (UTC), as the reference
+/// normalises `modTime`.
+fn format_mod_time(seconds: i64) -> Option<String> {
+    let at = time::OffsetDateTime::from_unix_timestamp(seconds).ok()?;
+    let format = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].000Z");
+    at.format(&format).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_route_to_their_handlers() {
+        assert_eq!(route("/health"), Some(Route::Health));
+        assert_eq!(route("/api/v1/fs/ls/"), Some(Route::Ls));
+        assert_eq!(route("/api/v1/content/read"), Some(Route::Read));
+        assert_eq!(route("/api/v1/content/write"), None);
+        assert_eq!(route("/api/v1/fs"), None);
+    }
+
+    #[test]
+    fn mod_times_are_utc_milliseconds() {
+        assert_eq!(format_mod_time(1_790_000_000).as_deref(), Some("2026-09-21T14:13:20.000Z"));
+    }
+}

@@ -1,0 +1,486 @@
+//! Reading and listing the content tree for agents: the URIs a context
+//! block hands out, expanded (`content/read`, `abstract`, `overview`) and
+//! browsed (`fs/ls`, `fs/stat`), with the tenancy of `find` — the caller's
+//! own user tree (`viking://~/…` names it), the shared roots, and never
+//! another user's tree or, with an acting peer, another peer's.
+//!
+//! Everything here is bounded: a read is cut at [`MAX_READ_BYTES`] and says
+//! so; a listing stops at its node limit, its depth and [`MAX_LIST_BYTES`],
+//! and reports that it was cut. Abstracts come from the index records, so a
+//! listing costs no read per entry.
+
+use crate::identity::Identity;
+use crate::index::extract;
+use crate::index::record::{ContextType, LEVEL_ABSTRACT, LEVEL_FILE, classify};
+use crate::index::{IndexError, IndexSnapshot};
+use crate::store::{SharedStore, StoreError};
+use crate::uri::{VikingUri, tree_key};
+
+/// The most text one read returns, in bytes (256 KiB, about 64k tokens);
+/// a longer read is cut at a line boundary and marked.
+pub const MAX_READ_BYTES: usize = 256 * 1024;
+/// The most a listing's entries may add up to, in bytes of URI, path and
+/// abstract (4 MiB: Lambda answers at most 6 MB).
+pub const MAX_LIST_BYTES: usize = 4 * 1024 * 1024;
+/// The most entries one listing returns (`node_limit` above it is a 400).
+pub const MAX_NODE_LIMIT: usize = 10_000;
+/// How deep a recursive listing goes below the listed directory, as the
+/// reference's fixed `level_limit`.
+pub const RECURSIVE_DEPTH: usize = 3;
+/// Directory listings a recursive listing runs at a time.
+pub const LIST_CONCURRENCY: usize = 8;
+
+/// What reading or listing failed to do. Messages name the URI.
+#[derive(Debug, thiserror::Error)]
+pub enum ContentError {
+    /// Nothing at the URI (`kind` is `File` or `Directory`, as the
+    /// reference words it).
+    #[error("{kind} not found: {uri}")]
+    NotFound {
+        /// `File` or `Directory`.
+        kind: &'static str,
+        /// The URI asked for.
+        uri: VikingUri,
+    },
+    /// A read of a directory.
+    #[error("Directory URI is not readable as a file: {0}. List it first, then read a file URI.")]
+    IsDirectory(VikingUri),
+    /// A listing of a file.
+    #[error("not a directory: {0}. Read it instead of listing it.")]
+    NotDirectory(VikingUri),
+    /// Outside what the caller may see.
+    #[error("Access denied for {0}")]
+    Forbidden(VikingUri),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The index (for abstracts) could not be loaded.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+/// Which lines of a file a read returns: Python slice semantics over the
+/// file's lines, as the reference (`offset` 0-based, negative counts from
+/// the end; `limit` `None` reads to the end).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lines {
+    /// First line (0-based; negative: from the end). Default 0.
+    pub offset: i64,
+    /// How many lines; `None` (the reference's `-1`): to the end.
+    pub limit: Option<u64>,
+}
+
+/// A read's text and whether it was cut.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadText {
+    /// The text, with a closing `[truncated: …]` line when cut.
+    pub text: String,
+    /// When cut: the line a next read should start at.
+    pub next_offset: Option<u64>,
+}
+
+/// One entry of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The entry's URI.
+    pub uri: VikingUri,
+    /// Its last segment.
+    pub name: String,
+    /// Its path relative to the listed directory.
+    pub rel_path: String,
+    /// Bytes (0 for directories).
+    pub size: u64,
+    /// Whether it is a directory.
+    pub is_dir: bool,
+    /// Its abstract: a file's own (from the index), a directory's
+    /// `.abstract.md` (from the index, else a "not ready" placeholder).
+    pub abstract_text: String,
+    /// Last update (Unix seconds) when the index knows it.
+    pub updated_at: Option<i64>,
+}
+
+/// How to list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListOptions {
+    /// Descend [`RECURSIVE_DEPTH`] levels. Default false.
+    pub recursive: bool,
+    /// Also list names starting with `.` (sidecars). Default false.
+    pub show_hidden: bool,
+    /// The most entries (default 1000, at most [`MAX_NODE_LIMIT`]).
+    pub node_limit: usize,
+    /// Characters an abstract keeps (longer ones end in `...`). Default 256.
+    pub abs_limit: usize,
+}
+
+impl Default for ListOptions {
+    fn default() -> Self {
+        Self { recursive: false, show_hidden: false, node_limit: 1000, abs_limit: 256 }
+    }
+}
+
+/// A listing and whether it was cut (by the node limit, the byte bound, or
+/// the depth of a recursive listing).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// The entries: directories first, then files, each in name order; a
+    /// recursive listing goes level by level.
+    pub entries: Vec<Entry>,
+    /// Whether entries were left out.
+    pub truncated: bool,
+}
+
+/// What [`Content::stat`] reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stat {
+    /// The URI.
+    pub uri: VikingUri,
+    /// Its last segment (`""` for the root).
+    pub name: String,
+    /// Bytes (0 for directories).
+    pub size: u64,
+    /// Whether it is a directory.
+    pub is_dir: bool,
+}
+
+/// The content tree as one identity sees it.
+#[derive(Debug, Clone)]
+pub struct Content<'a> {
+    store: &'a SharedStore,
+    identity: &'a Identity,
+}
+
+impl<'a> Content<'a> {
+    /// The tree of `identity`'s account in `store`.
+    #[must_use]
+    pub fn new(store: &'a SharedStore, identity: &'a Identity) -> Self {
+        Self { store, identity }
+    }
+
+    /// `uri` with `viking://~` resolved, if the caller may see it.
+    ///
+    /// # Errors
+    /// [`ContentError::Forbidden`] for another user's tree, another peer's
+    /// (with an acting peer), or anything outside the visible roots.
+    pub fn authorize(&self, uri: &VikingUri) -> Result<VikingUri, ContentError> {
+        let uri = self.identity.resolve_home(uri);
+        if self.visible(&uri) { Ok(uri) } else { Err(ContentError::Forbidden(uri)) }
+    }
+
+    fn visible(&self, uri: &VikingUri) -> bool {
+        self.identity.may_read(uri) && !self.identity.is_other_peer(uri)
+    }
+
+    fn key(&self, uri: &VikingUri) -> String {
+        tree_key(&self.identity.account, uri)
+    }
+
+    async fn is_dir(&self, uri: &VikingUri) -> Result<bool, ContentError> {
+        let listing = self.store.list_dir(&self.key(uri), 1).await?;
+        Ok(!listing.files.is_empty() || !listing.dirs.is_empty())
+    }
+
+    /// The text of the file at `uri` (authorised first), `lines` of it.
+    /// Unless `raw`, a memory's trailing `<!-- MEMORY_FIELDS … -->` block is
+    /// left out. Invalid UTF-8 is replaced. Over [`MAX_READ_BYTES`] the text
+    /// is cut at the last whole line that fits and a last line says which
+    /// lines were shown and where to read on.
+    ///
+    /// Cost: one GET (plus one LIST when nothing is there, to tell a
+    /// directory from a missing file).
+    ///
+    /// # Errors
+    /// Forbidden; [`ContentError::IsDirectory`] for a directory;
+    /// [`ContentError::NotFound`] when nothing is there; store errors.
+    pub async fn read(&self, uri: &VikingUri, lines: Lines, raw: bool) -> Result<ReadText, ContentError> {
+        let uri = self.authorize(uri)?;
+        let body = match self.store.get(&self.key(&uri)).await {
+            Ok(object) => object.body,
+            Err(StoreError::NotFound(_)) | Err(StoreError::InvalidKey(_)) => {
+                return Err(if self.is_dir(&uri).await? {
+                    ContentError::IsDirectory(uri)
+                } else {
+                    ContentError::NotFound { kind: "File", uri }
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let text = String::from_utf8_lossy(&body);
+        let is_memory = classify(&uri).is_some_and(|(t, _)| t == ContextType::Memory);
+        let text = if !raw && is_memory { visible_memory_text(&text) } else { &text };
+        Ok(slice_lines(text, lines, MAX_READ_BYTES))
+    }
+
+    /// The abstract of `uri`: a directory's `.abstract.md` (a placeholder
+    /// when it has none), a file's own abstract (its summary section or
+    /// first paragraph, cut to `max_bytes`).
+    ///
+    /// Cost: one or two GETs (and a LIST for a directory without sidecar).
+    ///
+    /// # Errors
+    /// Forbidden; [`ContentError::NotFound`] when nothing is there.
+    pub async fn abstract_of(&self, uri: &VikingUri, max_bytes: usize) -> Result<String, ContentError> {
+        self.summary(
+            uri,
+            ".abstract.md",
+            |text| extract::file_abstract(text, max_bytes),
+            |text| extract::sidecar_text(text, max_bytes),
+        )
+        .await
+    }
+
+    /// The overview of `uri`: a directory's `.overview.md` (a placeholder
+    /// when it has none), a file's own overview (a memory's summary
+    /// section; another document's heading outline and first paragraph;
+    /// else its abstract).
+    ///
+    /// Cost and errors: as [`Content::abstract_of`].
+    ///
+    /// # Errors
+    /// Forbidden; [`ContentError::NotFound`] when nothing is there.
+    pub async fn overview_of(&self, uri: &VikingUri) -> Result<String, ContentError> {
+        let is_memory = |uri: &VikingUri| classify(uri).is_some_and(|(t, _)| t == ContextType::Memory);
+        let memory = is_memory(&self.identity.resolve_home(uri));
+        self.summary(
+            uri,
+            ".overview.md",
+            |text| extract::file_overview(memory, text).unwrap_or_else(|| extract::file_abstract(text, usize::MAX)),
+            |text| extract::directory_overview(text).to_owned(),
+        )
+        .await
+    }
+
+    async fn summary(
+        &self,
+        uri: &VikingUri,
+        sidecar: &str,
+        of_file: impl FnOnce(&str) -> String,
+        of_sidecar: impl FnOnce(&str) -> String,
+    ) -> Result<String, ContentError> {
+        let uri = self.authorize(uri)?;
+        match self.store.get(&self.key(&uri)).await {
+            Ok(object) => return Ok(of_file(&String::from_utf8_lossy(&object.body))),
+            Err(StoreError::NotFound(_) | StoreError::InvalidKey(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let sidecar_key = format!("{}/{sidecar}", self.key(&uri));
+        match self.store.get(&sidecar_key).await {
+            Ok(object) => Ok(of_sidecar(&String::from_utf8_lossy(&object.body))),
+            Err(StoreError::NotFound(_)) if self.is_dir(&uri).await? => Ok(if sidecar == ".abstract.md" {
+                format!("# {uri} [Directory abstract is not ready]")
+            } else {
+                format!("# {uri}\n\n[Directory overview is not ready]")
+            }),
+            Err(StoreError::NotFound(_)) => Err(ContentError::NotFound { kind: "Directory", uri }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// What is at `uri`: a file (its size) or a directory.
+    ///
+    /// Cost: one HEAD (plus one LIST when no file is there).
+    ///
+    /// # Errors
+    /// Forbidden; [`ContentError::NotFound`] when nothing is there.
+    pub async fn stat(&self, uri: &VikingUri) -> Result<Stat, ContentError> {
+        let uri = self.authorize(uri)?;
+        let name = uri.file_name().unwrap_or_default().to_owned();
+        match self.store.head(&self.key(&uri)).await {
+            Ok(meta) => return Ok(Stat { uri, name, size: meta.size, is_dir: false }),
+            Err(StoreError::NotFound(_) | StoreError::InvalidKey(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if uri.path().is_empty() || self.is_dir(&uri).await? {
+            Ok(Stat { uri, name, size: 0, is_dir: true })
+        } else {
+            Err(ContentError::NotFound { kind: "File", uri })
+        }
+    }
+
+    /// The entries below the directory `uri` that the caller may see
+    /// (at the account root: `agent`, `resources`, `user`; in `viking://user`
+    /// only the caller's own directory), with abstracts from `index`.
+    ///
+    /// Cost: one LIST (with a delimiter) per directory listed — one for a
+    /// flat listing, at most one per directory entry up to
+    /// [`RECURSIVE_DEPTH`] levels for a recursive one, [`LIST_CONCURRENCY`]
+    /// at a time — and no read per entry.
+    ///
+    /// # Errors
+    /// Forbidden; [`ContentError::NotDirectory`] for a file;
+    /// [`ContentError::NotFound`] when nothing is there.
+    pub async fn list(
+        &self,
+        uri: &VikingUri,
+        options: &ListOptions,
+        index: &IndexSnapshot,
+    ) -> Result<Listing, ContentError> {
+        use futures_util::{StreamExt as _, stream};
+
+        let uri = self.authorize(uri)?;
+        let limit = options.node_limit.min(MAX_NODE_LIMIT);
+        let mut listing = Listing::default();
+        let mut bytes = 0usize;
+        let mut level: Vec<(VikingUri, String)> = vec![(uri.clone(), String::new())];
+        for depth in 0.. {
+            let listed: Vec<_> = stream::iter(level.iter().cloned())
+                .map(|(dir, rel)| async move {
+                    let found = self.store.list_dir(&self.key(&dir), limit + 1).await;
+                    (dir, rel, found)
+                })
+                .buffered(LIST_CONCURRENCY)
+                .collect()
+                .await;
+            let mut next = Vec::new();
+            for (dir, rel, found) in listed {
+                let found = found?;
+                listing.truncated |= found.truncated;
+                if depth == 0 && found.files.is_empty() && found.dirs.is_empty() && !dir.path().is_empty() {
+                    return Err(match self.store.head(&self.key(&dir)).await {
+                        Ok(_) => ContentError::NotDirectory(dir),
+                        Err(StoreError::NotFound(_) | StoreError::InvalidKey(_)) => {
+                            ContentError::NotFound { kind: "Directory", uri: dir }
+                        }
+                        Err(e) => e.into(),
+                    });
+                }
+                let dirs = found.dirs.into_iter().map(|name| (name, 0, true));
+                let files = found.files.into_iter().filter_map(|meta| {
+                    let name = meta.key.rsplit('/').next()?.to_owned();
+                    Some((name, meta.size, false))
+                });
+                for (name, size, is_dir) in dirs.chain(files) {
+                    let hidden = name.starts_with('.') && !options.show_hidden;
+                    let Ok(child) = dir.join(&name) else { continue };
+                    if hidden || !self.visible(&child) || (dir.path().is_empty() && !ROOT_SCOPES.contains(&&*name)) {
+                        continue;
+                    }
+                    if listing.entries.len() >= limit {
+                        listing.truncated = true;
+                        break;
+                    }
+                    let rel_path = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
+                    let (abstract_text, updated_at) = entry_abstract(index, &child, is_dir, options.abs_limit);
+                    bytes += child.as_str().len() + rel_path.len() + abstract_text.len() + 64;
+                    if bytes > MAX_LIST_BYTES {
+                        listing.truncated = true;
+                        break;
+                    }
+                    if is_dir && options.recursive {
+                        next.push((child.clone(), rel_path.clone()));
+                    }
+                    listing.entries.push(Entry { uri: child, name, rel_path, size, is_dir, abstract_text, updated_at });
+                }
+            }
+            if !options.recursive || next.is_empty() || listing.entries.len() >= limit || bytes > MAX_LIST_BYTES {
+                break;
+            }
+            if depth + 1 >= RECURSIVE_DEPTH {
+                listing.truncated = true;
+                break;
+            }
+            level = next;
+        }
+        Ok(listing)
+    }
+}
+
+/// The names listed at the account root, as the reference.
+const ROOT_SCOPES: [&str; 3] = ["agent", "resources", "user"];
+
+/// An entry's abstract and update time from the index: a file's own
+/// record, a directory's level-0 record (else the reference's placeholder).
+/// Cut to `abs_limit` characters as the reference (`…[:abs_limit-3]+"..."`).
+fn entry_abstract(index: &IndexSnapshot, uri: &VikingUri, is_dir: bool, abs_limit: usize) -> (String, Option<i64>) {
+    let record = index.get(uri, if is_dir { LEVEL_ABSTRACT } else { LEVEL_FILE });
+    let text = match record {
+        Some(r) => r.abstract_text.clone(),
+        None if is_dir => format!("# {uri} [Directory abstract is not ready]"),
+        None => String::new(),
+    };
+    (cut_chars(&text, abs_limit), record.map(|r| r.updated_at))
+}
+
+fn cut_chars(text: &str, limit: usize) -> String {
+    if text.chars().count() <= limit {
+        return text.to_owned();
+    }
+    let keep: String = text.chars().take(limit.saturating_sub(3)).collect();
+    format!("{keep}...")
+}
+
+/// A memory's text without its machine-written trailer.
+fn visible_memory_text(text: &str) -> &str {
+    text.find(extract::MEMORY_FIELDS_MARKER).map_or(text, |at| text[..at].trim_end_matches([' ', '\t', '\r', '\n']))
+}
+
+/// `lines` of `text` (line endings kept), cut at `max_bytes` on a line
+/// boundary (a single over-long line at a character boundary) with a
+/// closing marker that names the lines shown and the next offset.
+#[must_use]
+pub fn slice_lines(text: &str, lines: Lines, max_bytes: usize) -> ReadText {
+    let all: Vec<&str> = text.split_inclusive('\n').collect();
+    let total = all.len() as i64;
+    let start = if lines.offset < 0 { (total + lines.offset).max(0) } else { lines.offset.min(total) };
+    let end = lines.limit.map_or(total, |n| start.saturating_add(i64::try_from(n).unwrap_or(i64::MAX)).min(total));
+    let picked = &all[start as usize..end.max(start) as usize];
+    let mut out = String::new();
+    let mut shown = 0u64;
+    for line in picked {
+        if out.len() + line.len() > max_bytes {
+            if shown == 0 {
+                out.push_str(extract::cut_to_bytes(line, max_bytes));
+                out.push('\n');
+            }
+            break;
+        }
+        out.push_str(line);
+        shown += 1;
+    }
+    if (shown as usize) < picked.len() {
+        let first = start as u64;
+        let next = first + shown.max(1);
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push_str(&format!(
+            "[truncated: lines {}-{} of {total} shown, at most {max_bytes} bytes per read; read on with offset={next}]",
+            first + 1,
+            first + shown.max(1),
+        ));
+        return ReadText { text: out, next_offset: Some(next) };
+    }
+    ReadText { text: out, next_offset: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_slice_as_python_and_cut_with_a_marker() {
+        let text = "a\nb\nc\nd\n";
+        let read = |offset, limit| slice_lines(text, Lines { offset, limit }, 1000).text;
+        assert_eq!(read(0, None), text);
+        assert_eq!(read(1, Some(2)), "b\nc\n");
+        assert_eq!(read(-1, None), "d\n");
+        assert_eq!(read(-10, Some(1)), "a\n");
+        assert_eq!(read(10, None), "");
+        let cut = slice_lines(text, Lines::default(), 5);
+        assert_eq!(cut.next_offset, Some(2));
+        assert!(cut.text.starts_with("a\nb\n[truncated: lines 1-2 of 4 shown"), "{}", cut.text);
+        assert!(cut.text.ends_with("offset=2]"), "{}", cut.text);
+        // One line over the cap is cut at a character boundary and still marked.
+        let long = slice_lines("年糕年糕年糕\n", Lines::default(), 7);
+        assert!(long.text.starts_with("年糕\n[truncated: lines 1-1 of 1"), "{}", long.text);
+        assert_eq!(long.next_offset, Some(1));
+    }
+
+    #[test]
+    fn memory_trailers_are_hidden_and_abstracts_cut_as_the_reference() {
+        assert_eq!(visible_memory_text("# Summary\nx\n\n<!-- MEMORY_FIELDS {\"a\":1} -->\n"), "# Summary\nx");
+        assert_eq!(visible_memory_text("plain\n"), "plain\n");
+        assert_eq!(cut_chars("abcdef", 5), "ab...");
+        assert_eq!(cut_chars("abcde", 5), "abcde");
+        assert_eq!(cut_chars("年糕年糕年糕", 4), "年...");
+    }
+}
