@@ -8,11 +8,13 @@
 #   @modelcontextprotocol/conformance 0.2.0-alpha.12,
 #     --spec-version 2026-07-28:                        server-stateless, http-header-validation
 #   @modelcontextprotocol/inspector 2.12.0:             --cli URL --transport http --method tools/list --strict
+#     (run as installed, the same package `npx @modelcontextprotocol/inspector@2.12.0` runs), twice:
+#     --protocol-era legacy (initialize; the CLI's default) and --protocol-era modern (2026-07-28)
 #
 # A scenario passes when every check the suite wrote to its checks.json is
 # SUCCESS, SKIPPED or WARNING (WARNINGs are the spec's SHOULDs: listed, never
 # failing), except the checks listed in tests/mcp/expected-failures.txt. It
-# fails on any other FAILURE, and on a listed check that now passes. The
+# fails on any other FAILURE, and on a listed check that now passes. An
 # Inspector line passes when it exits 0 with no schema finding at all (its
 # --strict exits 6 only on error-severity findings; warnings such as
 # `"type": [..., "null"]` are non-portable schemas too, so they fail here).
@@ -159,16 +161,17 @@ for s in server-stateless http-header-validation; do
 done
 
 # The Inspector's CLI, with a throwaway HOME (it writes ~/.mcp-inspector/).
+# inspector ERA: legacy (the initialize handshake, the CLI's default) or modern (2026-07-28).
 inspector() {
-  local out=$RESULTS/inspector label="inspector $MCP_INSPECTOR_VERSION --strict" args=() h
+  local era=$1 out=$RESULTS/inspector-$1 label="inspector $MCP_INSPECTOR_VERSION --strict, --protocol-era $1" args=() h
   mkdir -p "$out/home"
   for h in "${HEADERS[@]+"${HEADERS[@]}"}"; do args+=(--header "$h"); done
   HOME=$out/home timeout "$SCENARIO_TIMEOUT" "$INSPECTOR" --cli "$URL" --transport http \
-    --method tools/list --strict "${args[@]+"${args[@]}"}" >"$out/stdout.json" 2>"$out/stderr.txt" </dev/null
+    --method tools/list --strict --protocol-era "$era" "${args[@]+"${args[@]}"}" >"$out/stdout.json" 2>"$out/stderr.txt" </dev/null
   local rc=$?
-  "$PY" - "$rc" "$out" "$label" <<'PYEOF'
+  "$PY" - "$rc" "$out" "$label" "inspector-$era" <<'PYEOF'
 import json, re, sys
-rc, out, label = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+rc, out, label, name = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 err = open(f"{out}/stderr.txt", encoding="utf-8", errors="replace").read()
 findings = re.findall(r'^(Error|Warning): tool "([^"]*)"\n  Path: (.*)\n  Issue: (.*)', err, re.M)
 summary = re.search(r"(\d+) errors?, (\d+) warnings? across (\d+) tools?", err)
@@ -186,12 +189,14 @@ if rc != 0 or tools is None or findings or summary:
     if summary:
         why.append(summary.group(0))
     why += [f"{sev} {tool} {path}: {issue[:100]}" for sev, tool, path, issue in findings[:5]]
-    print(f"FAIL inspector ({label}): " + "; ".join(why))
+    print(f"FAIL {name} ({label}): " + "; ".join(why))
     sys.exit(1)
-print(f"PASS inspector ({label}): {len(tools)} tools, no schema findings")
+print(f"PASS {name} ({label}): {len(tools)} tools, no schema findings")
 PYEOF
 }
-if inspector; then PASSED=$((PASSED + 1)); else FAILED=$((FAILED + 1)); fi
+for era in legacy modern; do
+  if inspector "$era"; then PASSED=$((PASSED + 1)); else FAILED=$((FAILED + 1)); fi
+done
 
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]
