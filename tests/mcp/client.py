@@ -36,7 +36,7 @@ DEMO = "viking://user/default/memories"
 NIANGAO = f"{DEMO}/entities/pets/niangao.md"
 VET_VISIT = f"{DEMO}/events/2026/09/29/niangao_vet_visit.md"
 NIANGAO_DIET = "皇家低脂处方粮"  # a line of niangao.md's body, not of its abstract
-VET_VISIT_BODY = "三联疫苗加强针"  # in the vet visit's body
+VET_VISIT_BODY = "瑞派宠物医院"  # a line of the vet visit's body, not of its abstract
 OTHER_USER = "viking://user/someone-else/x.md"
 CAT_QUERY = "what does my cat eat"
 
@@ -385,15 +385,16 @@ async def tool_call_checks(r: Report, session: ClientSession, timeout: float) ->
 
     await r.run(f"read {OTHER_USER} is an isError result", read_other_user)
 
+    flat: dict[str, str] = {}
+
     async def list_resources() -> tuple[bool, str]:
         err, text = await call(session, "list", {"uri": "viking://resources"}, timeout)
         if bad := expect_ok(err, text):
             return False, bad
+        flat["text"] = text
         missing = [d for d in ("aws", "runbooks", "tessera") if d not in text]
         if missing:
             return False, f"missing {missing} in {short(text)}"
-        if "s3_conditional_writes.md" in text:
-            return False, "not recursive, yet lists viking://resources/aws/s3_conditional_writes.md"
         return True, "aws, runbooks, tessera"
 
     await r.run("list viking://resources shows aws, runbooks, tessera", list_resources)
@@ -402,9 +403,12 @@ async def tool_call_checks(r: Report, session: ClientSession, timeout: float) ->
         err, text = await call(session, "list", {"uri": "viking://resources", "recursive": True}, timeout)
         if bad := expect_ok(err, text):
             return False, bad
-        if "s3_conditional_writes.md" not in text:
-            return False, f"no s3_conditional_writes.md in {short(text)}"
-        return True, "reaches viking://resources/aws/s3_conditional_writes.md"
+        leaf = "s3_conditional_writes.md"  # viking://resources/aws/s3_conditional_writes.md
+        if leaf not in text:
+            return False, f"no {leaf} in {short(text)}"
+        if "text" in flat and text.count(leaf) <= flat["text"].count(leaf):
+            return False, f"recursive lists {leaf} no more often than the flat listing"
+        return True, f"reaches viking://resources/aws/{leaf}, which the flat listing does not"
 
     await r.run("list viking://resources recursive reaches the files", list_recursive)
 
