@@ -3,12 +3,22 @@
 //! for query expansion. Sessions are never indexed.
 //!
 //! Layout under `accounts/{account}/tree/user/{user}/sessions/{id}/`:
-//! `meta.json`, `messages/{seq:010}.json`, `.recall_log.json` (the ledger).
+//! `meta.json`, `messages/{seq:010}.json`, `.recall_log.json` (the ledger),
+//! and one `history/archive_{NNN}/` per commit (`.meta.json` with the
+//! archived sequence range, `.abstract.md`, `.overview.md`).
 //!
 //! Appends are safe under concurrency: each message claims its sequence
 //! number by creating its object (create-if-absent), then `meta.json` is
 //! updated by compare-and-swap, retried on conflict. A message sent with an
 //! `id` that the session already holds is not appended again.
+//!
+//! A commit ([`Sessions::plan_commit`], then [`Sessions::write_archive`])
+//! archives the messages since the last archive: it claims
+//! `history/archive_{N}/.meta.json` by create-if-absent with the sequence
+//! range it covers, writes the summaries, then moves the meta's archive mark
+//! by compare-and-swap. Every step can be repeated: a retry after a write
+//! whose outcome S3 left unknown finds its own claim (same range) and its
+//! own meta update (mark already moved), and reports the same archive.
 
 use std::collections::VecDeque;
 
@@ -86,7 +96,7 @@ impl SessionId {
 }
 
 /// A session's `meta.json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionMeta {
     /// The id.
     pub session_id: String,
@@ -105,6 +115,35 @@ pub struct SessionMeta {
     /// The most recent client message ids (for idempotent appends).
     #[serde(default)]
     pub recent_message_ids: VecDeque<String>,
+    /// Archives made by commits (`history/archive_001` … `archive_{N}`).
+    #[serde(default)]
+    pub commit_count: u64,
+    /// Messages with a sequence number below this are archived.
+    #[serde(default)]
+    pub archived_seq: u64,
+    /// Messages archived so far (live = total − archived).
+    #[serde(default)]
+    pub archived_message_count: u64,
+    /// Estimated tokens of the messages not yet archived.
+    #[serde(default)]
+    pub pending_tokens: u64,
+    /// When the last commit archived (RFC 3339), or `""`.
+    #[serde(default)]
+    pub last_commit_at: String,
+}
+
+impl SessionMeta {
+    /// Messages not yet archived.
+    #[must_use]
+    pub fn live_message_count(&self) -> u64 {
+        self.total_message_count.saturating_sub(self.archived_message_count)
+    }
+
+    /// One past the highest sequence number claimed.
+    #[must_use]
+    pub fn end_seq(&self) -> u64 {
+        self.next_seq.max(self.total_message_count)
+    }
 }
 
 /// A message as stored.
@@ -139,6 +178,25 @@ pub struct StoredMessage {
 }
 
 impl StoredMessage {
+    /// Estimated tokens of what the message carries: its text, and its
+    /// tool parts' inputs and outputs (what an archive summary reads).
+    #[must_use]
+    pub fn token_estimate(&self) -> u64 {
+        let tools: u64 = self
+            .parts
+            .iter()
+            .flatten()
+            .filter(|p| p.get("type").and_then(Value::as_str) == Some("tool"))
+            .flat_map(|p| ["tool_input", "tool_output"].map(|k| p.get(k).cloned()))
+            .flatten()
+            .map(|v| match v {
+                Value::String(s) => crate::tokens::estimate_tokens(&s) as u64,
+                other => crate::tokens::estimate_tokens(&other.to_string()) as u64,
+            })
+            .sum();
+        crate::tokens::estimate_tokens(&self.text()) as u64 + tools
+    }
+
     /// The message's text: `content`, else its text parts joined by newlines.
     #[must_use]
     pub fn text(&self) -> String {
@@ -240,10 +298,7 @@ impl<'a> Sessions<'a> {
             session_id: id.as_str().to_owned(),
             created_at: now.to_owned(),
             updated_at: now.to_owned(),
-            total_message_count: 0,
-            next_seq: 0,
-            user_turn_count: 0,
-            recent_message_ids: VecDeque::new(),
+            ..SessionMeta::default()
         };
         match self.store.put(&self.meta_key(id), encode(&meta)?, PutMode::CreateNew).await {
             Ok(created) => Ok((meta, created.etag, true)),
@@ -307,6 +362,7 @@ impl<'a> Sessions<'a> {
                 }
             };
             meta.total_message_count += 1;
+            meta.pending_tokens += message.token_estimate();
             meta.next_seq = meta.next_seq.max(meta.total_message_count).max(seq + 1);
             if is_user {
                 meta.user_turn_count += 1;
@@ -330,9 +386,10 @@ impl<'a> Sessions<'a> {
         Err(SessionError::Contention(id.as_str().to_owned()))
     }
 
-    /// The last `n` messages, oldest first: the `n` slots below the
-    /// meta's `next_seq`, read concurrently (a slot a racing retry gave
-    /// back is skipped, so fewer may come back).
+    /// The last `n` messages not yet archived, oldest first: the `n` slots
+    /// below the meta's `next_seq` (and not below its archive mark), read
+    /// concurrently (a slot a racing retry gave back is skipped, so fewer
+    /// may come back).
     ///
     /// Cost: up to `n` concurrent GETs; no listing.
     ///
@@ -344,9 +401,19 @@ impl<'a> Sessions<'a> {
         meta: &SessionMeta,
         n: usize,
     ) -> Result<Vec<StoredMessage>, SessionError> {
-        let end = meta.next_seq.max(meta.total_message_count);
-        let start = end.saturating_sub(n as u64);
-        let reads = (start..end).map(|seq| {
+        let end = meta.end_seq();
+        let start = end.saturating_sub(n as u64).max(meta.archived_seq);
+        self.messages_in(id, start..end).await
+    }
+
+    /// The messages with sequence numbers in `range`, oldest first, read
+    /// concurrently (gaps skipped).
+    async fn messages_in(
+        &self,
+        id: &SessionId,
+        range: std::ops::Range<u64>,
+    ) -> Result<Vec<StoredMessage>, SessionError> {
+        let reads = range.map(|seq| {
             let key = self.message_key(id, seq);
             async move {
                 match self.store.get(&key).await {
@@ -358,7 +425,11 @@ impl<'a> Sessions<'a> {
                 }
             }
         });
-        let read = futures_util::future::join_all(reads).await;
+        let read: Vec<_> = futures_util::StreamExt::collect(futures_util::StreamExt::buffered(
+            futures_util::stream::iter(reads),
+            READ_CONCURRENCY,
+        ))
+        .await;
         read.into_iter().filter_map(Result::transpose).collect()
     }
 
@@ -379,7 +450,8 @@ impl<'a> Sessions<'a> {
             .map(|m| m.key)
             .filter(|k| k.ends_with("/.overview.md"))
             .collect();
-        overviews.sort();
+        // By archive number: `archive_1000` comes after `archive_999`.
+        overviews.sort_by_key(|k| archive_number(k));
         let Some(key) = overviews.pop() else { return Ok(None) };
         let text = match self.store.get(&key).await {
             Ok(object) => String::from_utf8_lossy(&object.body).into_owned(),
@@ -389,6 +461,366 @@ impl<'a> Sessions<'a> {
         let uri = crate::uri::uri_for_tree_key(&self.identity.account, key.trim_end_matches("/.overview.md"));
         Ok(uri.map(|uri| (uri, crate::index::extract::directory_overview(&text).to_owned())))
     }
+}
+
+/// The number of the archive a key under `history/archive_{N}/` names.
+fn archive_number(key: &str) -> Option<u64> {
+    key.split('/').find_map(|segment| segment.strip_prefix("archive_")).and_then(|n| n.parse().ok())
+}
+
+/// The directory name of archive `n`: `archive_001`, …, `archive_1000`.
+#[must_use]
+pub fn archive_name(n: u64) -> String {
+    format!("archive_{n:03}")
+}
+
+/// The most messages one commit archives; more wait for the next commit.
+pub const MAX_ARCHIVE_MESSAGES: usize = 2000;
+/// Message and archive reads a session operation runs at a time.
+pub const READ_CONCURRENCY: usize = 16;
+/// The most earlier archives whose abstracts a session context reads.
+pub const MAX_CONTEXT_ARCHIVES: u64 = 20;
+/// The most messages a session context returns.
+pub const MAX_CONTEXT_MESSAGES: u64 = 200;
+
+/// What an archive covers: `history/archive_{index}/.meta.json`, the claim
+/// a commit makes with create-if-absent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArchiveRange {
+    /// The archive's number (1 for `archive_001`).
+    pub index: u64,
+    /// First sequence number archived.
+    pub from_seq: u64,
+    /// One past the last sequence number archived.
+    pub to_seq: u64,
+    /// Messages archived.
+    pub message_count: u64,
+    /// When the commit made it (RFC 3339).
+    pub created_at: String,
+    /// How the summaries were written: `llm` or `extractive`.
+    pub summary: String,
+}
+
+/// A commit, planned: the messages to archive and the archive they go to.
+#[derive(Debug, Clone)]
+pub struct CommitPlan {
+    /// The range and number of the archive.
+    pub range: ArchiveRange,
+    /// The messages to archive, oldest first.
+    pub messages: Vec<StoredMessage>,
+}
+
+/// Why a commit archived nothing (the reference's `reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipReason {
+    /// No message since the last archive.
+    NoMessages,
+    /// Every message since the last archive is within `keep_recent_count`.
+    AllWithinKeepWindow,
+}
+
+impl SkipReason {
+    /// `no_messages` or `all_within_keep_window`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NoMessages => "no_messages",
+            Self::AllWithinKeepWindow => "all_within_keep_window",
+        }
+    }
+}
+
+/// An archive's two summaries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchiveSummary {
+    /// `.overview.md`: what the segment was about, for resuming it.
+    pub overview: String,
+    /// `.abstract.md`: one short paragraph.
+    pub abstract_text: String,
+}
+
+/// What a session context holds ([`Sessions::context`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SessionContext {
+    /// The newest archive's overview (`""` when none fits or exists).
+    pub latest_archive_overview: String,
+    /// Earlier archives' abstracts, newest first, within the budget.
+    pub pre_archive_abstracts: Vec<String>,
+    /// The newest messages not yet archived, oldest first, within the budget.
+    pub messages: Vec<StoredMessage>,
+    /// Estimated tokens of everything returned.
+    pub estimated_tokens: u64,
+    /// Archives the session has.
+    pub total_archives: u64,
+    /// Archives whose overview or abstract is returned.
+    pub included_archives: u64,
+    /// Archives left out for the budget (or beyond [`MAX_CONTEXT_ARCHIVES`]).
+    pub dropped_archives: u64,
+    /// Archives whose summary could not be read.
+    pub failed_archives: u64,
+    /// Estimated tokens of the returned messages.
+    pub active_tokens: u64,
+    /// Estimated tokens of the returned archive texts.
+    pub archive_tokens: u64,
+}
+
+impl Sessions<'_> {
+    fn archive_key(&self, id: &SessionId, index: u64, file: &str) -> String {
+        self.key(id, &format!("history/{}/{file}", archive_name(index)))
+    }
+
+    /// `viking://user/{user}/sessions/{id}/history/archive_{index}`.
+    #[must_use]
+    pub fn archive_uri(&self, id: &SessionId, index: u64) -> VikingUri {
+        self.uri(id).join(&format!("history/{}", archive_name(index))).expect("validated session id")
+    }
+
+    /// Plans a commit of session `id`: the messages since the last archive
+    /// except the newest `keep_recent` (at most [`MAX_ARCHIVE_MESSAGES`],
+    /// oldest first), into archive `commit_count + 1`.
+    ///
+    /// Cost: one meta GET and one GET per message since the last archive,
+    /// [`READ_CONCURRENCY`] at a time.
+    ///
+    /// # Errors
+    /// [`SessionError::NotFound`] when the session does not exist; store
+    /// or decoding errors.
+    pub async fn plan_commit(
+        &self,
+        id: &SessionId,
+        keep_recent: u64,
+        now: &str,
+    ) -> Result<Result<CommitPlan, SkipReason>, SessionError> {
+        let (meta, _) = self.meta(id).await?.ok_or_else(|| SessionError::NotFound(id.as_str().to_owned()))?;
+        let end = meta.end_seq();
+        let mut messages = self.messages_in(id, meta.archived_seq..end).await?;
+        if messages.is_empty() {
+            return Ok(Err(SkipReason::NoMessages));
+        }
+        let keep = usize::try_from(keep_recent).unwrap_or(usize::MAX).min(messages.len());
+        let retained = messages.split_off(messages.len() - keep);
+        if messages.is_empty() {
+            return Ok(Err(SkipReason::AllWithinKeepWindow));
+        }
+        let cut = messages.len() > MAX_ARCHIVE_MESSAGES;
+        messages.truncate(MAX_ARCHIVE_MESSAGES);
+        // The archive ends where the retained tail (or a cut) begins; a
+        // message appended after the meta read has a sequence ≥ `end`.
+        let to_seq =
+            if cut { messages.last().map_or(end, |m| m.seq + 1) } else { retained.first().map_or(end, |m| m.seq) };
+        let range = ArchiveRange {
+            index: meta.commit_count + 1,
+            from_seq: meta.archived_seq,
+            to_seq,
+            message_count: messages.len() as u64,
+            created_at: now.to_owned(),
+            summary: String::new(),
+        };
+        Ok(Ok(CommitPlan { range, messages }))
+    }
+
+    /// Writes the archive `plan` describes with `summary` (`how`: `llm` or
+    /// `extractive`) and moves the meta's archive mark past it.
+    ///
+    /// Steps, each safe to repeat: claim `archive_{N}/.meta.json` by
+    /// create-if-absent (a claim with the same range is this commit's own,
+    /// from an earlier attempt whose outcome was unknown); write
+    /// `.overview.md` and `.abstract.md`; compare-and-swap the meta
+    /// (retried on concurrent appends; a meta already past the range means
+    /// an earlier attempt landed).
+    ///
+    /// Cost: three PUTs and a meta GET + compare-and-swap (more under
+    /// contention).
+    ///
+    /// # Errors
+    /// [`SessionError::Contention`] when archive `N` was claimed for another
+    /// range by a concurrent commit (plan again) or the meta stayed busy;
+    /// store errors.
+    pub async fn write_archive(
+        &self,
+        id: &SessionId,
+        plan: &CommitPlan,
+        summary: &ArchiveSummary,
+        how: &str,
+        now: &str,
+    ) -> Result<SessionMeta, SessionError> {
+        let range = ArchiveRange { summary: how.to_owned(), ..plan.range.clone() };
+        let claim_key = self.archive_key(id, range.index, ".meta.json");
+        match self.store.put(&claim_key, encode(&range)?, PutMode::CreateNew).await {
+            Ok(_) => {}
+            Err(StoreError::Conflict(_)) => {
+                let existing = self.store.get(&claim_key).await?;
+                let theirs: ArchiveRange = serde_json::from_slice(&existing.body)
+                    .map_err(|e| SessionError::Corrupt(format!("archive claim {claim_key}: {e}")))?;
+                if (theirs.from_seq, theirs.to_seq) != (range.from_seq, range.to_seq) {
+                    return Err(SessionError::Contention(id.as_str().to_owned()));
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let text = |t: &str| Bytes::from(format!("{}\n", t.trim_end()));
+        let overview_key = self.archive_key(id, range.index, ".overview.md");
+        let abstract_key = self.archive_key(id, range.index, ".abstract.md");
+        let (overview, abstract_) = tokio::join!(
+            self.store.put(&overview_key, text(&summary.overview), PutMode::Overwrite),
+            self.store.put(&abstract_key, text(&summary.abstract_text), PutMode::Overwrite),
+        );
+        overview?;
+        abstract_?;
+        let archived_tokens: u64 = plan.messages.iter().map(StoredMessage::token_estimate).sum();
+        for attempt in 1..=CAS_ATTEMPTS {
+            let (mut meta, etag) =
+                self.meta(id).await?.ok_or_else(|| SessionError::NotFound(id.as_str().to_owned()))?;
+            if meta.archived_seq >= range.to_seq {
+                // This commit (or an earlier attempt of it) already landed.
+                return Ok(meta);
+            }
+            meta.commit_count = meta.commit_count.max(range.index);
+            meta.archived_seq = range.to_seq;
+            meta.archived_message_count += range.message_count;
+            meta.pending_tokens = meta.pending_tokens.saturating_sub(archived_tokens);
+            meta.last_commit_at = now.to_owned();
+            meta.updated_at = now.to_owned();
+            match self.store.put(&self.meta_key(id), encode(&meta)?, PutMode::IfMatch(etag)).await {
+                Ok(_) => return Ok(meta),
+                Err(StoreError::Conflict(_)) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(
+                        u64::from(attempt.min(10)) * 3 + crate::index::unique() % 7,
+                    ))
+                    .await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(SessionError::Contention(id.as_str().to_owned()))
+    }
+
+    /// The session's context for resuming it within `token_budget`
+    /// estimated tokens: the newest archive's overview, then the newest
+    /// messages not yet archived (at most [`MAX_CONTEXT_MESSAGES`]), then
+    /// earlier archives' abstracts newest first (at most
+    /// [`MAX_CONTEXT_ARCHIVES`]) — each only while it fits.
+    ///
+    /// Cost: one meta GET, then concurrently the archive summaries and the
+    /// messages ([`READ_CONCURRENCY`] at a time).
+    ///
+    /// # Errors
+    /// [`SessionError::NotFound`] when the session does not exist; store
+    /// errors.
+    pub async fn context(&self, id: &SessionId, token_budget: u64) -> Result<SessionContext, SessionError> {
+        let (meta, _) = self.meta(id).await?.ok_or_else(|| SessionError::NotFound(id.as_str().to_owned()))?;
+        let newest = meta.commit_count;
+        let oldest = newest.saturating_sub(MAX_CONTEXT_ARCHIVES).max(1);
+        let read_text = |key: String| async move {
+            match self.store.get(&key).await {
+                Ok(object) => Ok(Some(String::from_utf8_lossy(&object.body).trim().to_owned())),
+                Err(StoreError::NotFound(_)) => Ok(None),
+                Err(e) => Err(SessionError::from(e)),
+            }
+        };
+        let overview = async {
+            if newest == 0 { Ok(None) } else { read_text(self.archive_key(id, newest, ".overview.md")).await }
+        };
+        let abstracts = futures_util::StreamExt::collect::<Vec<_>>(futures_util::StreamExt::buffered(
+            futures_util::stream::iter(
+                (oldest..newest).rev().map(|n| read_text(self.archive_key(id, n, ".abstract.md"))),
+            ),
+            READ_CONCURRENCY,
+        ));
+        let start = meta.end_seq().saturating_sub(MAX_CONTEXT_MESSAGES).max(meta.archived_seq);
+        let (overview, abstracts, messages) =
+            tokio::join!(overview, abstracts, self.messages_in(id, start..meta.end_seq()));
+        let mut context = SessionContext { total_archives: newest, ..SessionContext::default() };
+        let mut left = token_budget;
+        let mut take = |tokens: u64| {
+            let fits = tokens <= left;
+            if fits {
+                left -= tokens;
+            }
+            fits
+        };
+        match overview? {
+            Some(text) => {
+                let tokens = crate::tokens::estimate_tokens(&text) as u64;
+                if take(tokens) {
+                    context.latest_archive_overview = text;
+                    context.archive_tokens += tokens;
+                    context.included_archives += 1;
+                } else {
+                    context.dropped_archives += 1;
+                }
+            }
+            None if newest > 0 => context.failed_archives += 1,
+            None => {}
+        }
+        let mut kept = Vec::new();
+        for message in messages?.into_iter().rev() {
+            let tokens = message.token_estimate();
+            if !take(tokens) {
+                break;
+            }
+            context.active_tokens += tokens;
+            kept.push(message);
+        }
+        kept.reverse();
+        context.messages = kept;
+        for text in abstracts {
+            match text? {
+                Some(text) => {
+                    let tokens = crate::tokens::estimate_tokens(&text) as u64;
+                    if take(tokens) {
+                        context.archive_tokens += tokens;
+                        context.included_archives += 1;
+                        context.pre_archive_abstracts.push(text);
+                    } else {
+                        context.dropped_archives += 1;
+                    }
+                }
+                None => context.failed_archives += 1,
+            }
+        }
+        context.dropped_archives += oldest.saturating_sub(1);
+        context.estimated_tokens = context.archive_tokens + context.active_tokens;
+        Ok(context)
+    }
+}
+
+/// The deterministic summaries of an archive, without a model: the
+/// overview counts the turns and lists what the user asked (each request's
+/// first line, up to 200 characters, at most 40) and how the last answer
+/// began; the abstract names the first request and the size.
+#[must_use]
+pub fn extractive_summary(messages: &[StoredMessage]) -> ArchiveSummary {
+    let first_line = |m: &StoredMessage, max: usize| {
+        let text = m.text();
+        let line = text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("").to_owned();
+        let cut: String = line.chars().take(max).collect();
+        if cut.len() < line.len() { format!("{cut}…") } else { cut }
+    };
+    let asked: Vec<String> =
+        messages.iter().filter(|m| m.role == "user").map(|m| first_line(m, 200)).filter(|l| !l.is_empty()).collect();
+    let turns = asked.len();
+    let mut overview = format!("# Session Summary\n\n**Overview**: {turns} turns, {} messages\n", messages.len());
+    if !asked.is_empty() {
+        overview.push_str("\n## Requests\n");
+        for line in asked.iter().take(40) {
+            overview.push_str(&format!("- {line}\n"));
+        }
+        if asked.len() > 40 {
+            overview.push_str(&format!("- … and {} more\n", asked.len() - 40));
+        }
+    }
+    if let Some(last) = messages.iter().rev().find(|m| m.role == "assistant") {
+        let line = first_line(last, 400);
+        if !line.is_empty() {
+            overview.push_str(&format!("\n## Last answer\n{line}\n"));
+        }
+    }
+    let abstract_text = match asked.first() {
+        Some(first) => format!("{turns} turns, {} messages, starting with: {first}", messages.len()),
+        None => format!("{} messages", messages.len()),
+    };
+    ArchiveSummary { overview, abstract_text }
 }
 
 fn encode<T: Serialize>(value: &T) -> Result<Bytes, SessionError> {

@@ -4,6 +4,10 @@
 //! - `POST /api/v1/sessions/{id}/messages` — append one (creates the session)
 //! - `POST /api/v1/sessions/{id}/messages/batch` — append up to 100, in order
 //! - `GET /api/v1/sessions/{id}` — the session's counters
+//! - `POST /api/v1/sessions/{id}/commit` — archive the messages since the
+//!   last archive (`{}` or `{"keep_recent_count": n}`); no memory extraction
+//! - `GET /api/v1/sessions/{id}/context?token_budget=N` — the latest
+//!   archive overview, earlier abstracts and the newest messages
 //!
 //! A session lives under its user's tree, so another user's id is simply
 //! not found (404), never its content.
@@ -14,9 +18,30 @@ use serde_json::{Value, json};
 
 use super::error::{ApiError, FieldError};
 use super::fields::Body;
-use super::{Admitted, admit_method, error_response, ok};
+use super::fields::Query;
+use super::{Admitted, admit_method, error_response, ok, within_deadline};
 use crate::app::App;
 use crate::sessions::{SessionError, SessionId, SessionMeta, Sessions, StoredMessage};
+
+/// Fields of a commit body: the reference's `CommitRequest` fields Skald
+/// honours (`keep_recent_count`) or accepts and ignores (`telemetry`;
+/// `extraction_metadata`, since Skald extracts no memories). The
+/// turn-budget retention fields are refused by name.
+pub const COMMIT_FIELDS: &[&str] = &["keep_recent_count", "telemetry", "extraction_metadata"];
+
+/// The reference's turn-budget retention fields, which Skald does not
+/// implement.
+pub const UNSUPPORTED_COMMIT_FIELDS: &[&str] =
+    &["retention_mode", "keep_recent_turn_count", "retained_message_token_budget", "min_raw_tail_steps"];
+
+/// The default `token_budget` of a session context, as the reference.
+pub const DEFAULT_CONTEXT_BUDGET: i64 = 128_000;
+/// The largest `token_budget` accepted.
+pub const MAX_CONTEXT_BUDGET: i64 = 1_000_000;
+
+/// What the commit response says about memory extraction.
+pub const NO_EXTRACTION: &str =
+    "Skald archives the session; it does not extract memories from it. Write memories as files of the tree.";
 
 /// Messages a batch may hold.
 pub const MAX_BATCH: usize = 100;
@@ -54,6 +79,8 @@ enum Route {
     Get(String),
     Append(String),
     Batch(String),
+    Commit(String),
+    Context(String),
 }
 
 fn route(method: &Method, path: &str) -> Result<Route, ApiError> {
@@ -68,6 +95,8 @@ fn route(method: &Method, path: &str) -> Result<Route, ApiError> {
         (_, [id]) => want(&Method::GET, Route::Get((*id).to_owned())),
         (_, [id, "messages"]) => want(&Method::POST, Route::Append((*id).to_owned())),
         (_, [id, "messages", "batch"]) => want(&Method::POST, Route::Batch((*id).to_owned())),
+        (_, [id, "commit"]) => want(&Method::POST, Route::Commit((*id).to_owned())),
+        (_, [id, "context"]) => want(&Method::GET, Route::Context((*id).to_owned())),
         _ => Err(not_found()),
     }
 }
@@ -89,18 +118,19 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
         Ok(r) => r,
         Err(e) => return error_response(&e),
     };
-    let method = if matches!(route, Route::Get(_)) { Method::GET } else { Method::POST };
+    let method = if matches!(route, Route::Get(_) | Route::Context(_)) { Method::GET } else { Method::POST };
     let admitted = match admit_method(app, &request, &method) {
         Ok(a) => a,
         Err(e) => return error_response(&e),
     };
-    match run(app, &admitted, route).await {
+    let query = super::fields::Query::parse(request.uri().query());
+    match within_deadline(&admitted.deadline, run(app, &admitted, route, query)).await {
         Ok(result) => ok(result, None),
         Err(e) => error_response(&e),
     }
 }
 
-async fn run(app: &App, admitted: &Admitted<'_>, route: Route) -> Result<Value, ApiError> {
+async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query) -> Result<Value, ApiError> {
     let sessions = Sessions::new(&app.store, &admitted.identity);
     let now = now_text();
     match route {
@@ -129,6 +159,41 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route) -> Result<Value, 
                 .ok_or_else(|| ApiError::NotFound(format!("session {} not found", id.as_str())))?;
             Ok(info(&sessions, &id, &meta))
         }
+        Route::Commit(id) => {
+            let id = session_id(&id, None)?;
+            let mut body = Body::parse(admitted.body, &[COMMIT_FIELDS, UNSUPPORTED_COMMIT_FIELDS].concat())?;
+            let keep = body.int("keep_recent_count", Some(0), Some(10_000)).unwrap_or(0);
+            let unsupported: Vec<&str> = UNSUPPORTED_COMMIT_FIELDS.iter().copied().filter(|f| body.sent(f)).collect();
+            for field in unsupported {
+                body.error(FieldError::new(
+                    field,
+                    "value_error",
+                    "Value error, turn-budget retention is not supported; use keep_recent_count",
+                ));
+            }
+            body.finish()?;
+            commit(app, admitted, &sessions, &id, u64::try_from(keep).unwrap_or(0), &now).await
+        }
+        Route::Context(id) => {
+            let id = session_id(&id, None)?;
+            let budget = query.int("token_budget", Some(1), Some(MAX_CONTEXT_BUDGET)).unwrap_or(DEFAULT_CONTEXT_BUDGET);
+            query.finish()?;
+            let context = sessions.context(&id, u64::try_from(budget).unwrap_or(0)).await?;
+            Ok(json!({
+                "latest_archive_overview": context.latest_archive_overview,
+                "pre_archive_abstracts": context.pre_archive_abstracts,
+                "messages": context.messages.iter().map(message_json).collect::<Vec<_>>(),
+                "estimatedTokens": context.estimated_tokens,
+                "stats": {
+                    "totalArchives": context.total_archives,
+                    "includedArchives": context.included_archives,
+                    "droppedArchives": context.dropped_archives,
+                    "failedArchives": context.failed_archives,
+                    "activeTokens": context.active_tokens,
+                    "archiveTokens": context.archive_tokens,
+                },
+            }))
+        }
         Route::Append(id) => {
             let id = session_id(&id, None)?;
             let mut body = Body::parse(admitted.body, MESSAGE_FIELDS)?;
@@ -138,10 +203,10 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route) -> Result<Value, 
             let appended = sessions.append(&id, message, &now).await?;
             Ok(json!({
                 "session_id": id.as_str(),
-                "message_count": appended.meta.total_message_count,
+                "message_count": appended.meta.live_message_count(),
                 "user_turn_count": appended.meta.user_turn_count,
                 "added": appended.added,
-                "pending_tokens": 0,
+                "pending_tokens": appended.meta.pending_tokens,
             }))
         }
         Route::Batch(id) => {
@@ -206,10 +271,10 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route) -> Result<Value, 
             };
             Ok(json!({
                 "session_id": id.as_str(),
-                "message_count": meta.total_message_count,
+                "message_count": meta.live_message_count(),
                 "user_turn_count": meta.user_turn_count,
                 "added": added,
-                "pending_tokens": 0,
+                "pending_tokens": meta.pending_tokens,
             }))
         }
     }
@@ -221,10 +286,112 @@ fn info(sessions: &Sessions<'_>, id: &SessionId, meta: &SessionMeta) -> Value {
         "uri": sessions.uri(id).as_str(),
         "created_at": meta.created_at,
         "updated_at": meta.updated_at,
-        "message_count": meta.total_message_count,
+        "message_count": meta.live_message_count(),
         "total_message_count": meta.total_message_count,
         "user_turn_count": meta.user_turn_count,
+        "commit_count": meta.commit_count,
+        "pending_tokens": meta.pending_tokens,
+        "last_commit_at": meta.last_commit_at,
     })
+}
+
+/// Commits session `id`: plans, summarises (with the configured model
+/// under the request deadline, else extractively) and writes the archive;
+/// plans again when a concurrent commit took the archive number.
+async fn commit(
+    app: &App,
+    admitted: &Admitted<'_>,
+    sessions: &Sessions<'_>,
+    id: &SessionId,
+    keep: u64,
+    now: &str,
+) -> Result<Value, ApiError> {
+    let trace_id = format!("{:016x}", crate::index::unique());
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let plan = match sessions.plan_commit(id, keep, now).await {
+            Ok(Ok(plan)) => plan,
+            Ok(Err(skip)) => {
+                return Ok(json!({
+                    "session_id": id.as_str(),
+                    "status": "skipped",
+                    "archive_uri": null,
+                    "archived": false,
+                    "reason": skip.as_str(),
+                    "memory_extraction": NO_EXTRACTION,
+                    "trace_id": trace_id,
+                }));
+            }
+            Err(SessionError::NotFound(_)) => {
+                return Err(ApiError::NotFound(format!("Session not found: {}", id.as_str())));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let (summary, how) = summarize(app, admitted, &plan.messages).await;
+        match sessions.write_archive(id, &plan, &summary, how, now).await {
+            Ok(meta) => {
+                return Ok(json!({
+                    "session_id": id.as_str(),
+                    "status": "accepted",
+                    "archive_uri": sessions.archive_uri(id, plan.range.index).as_str(),
+                    "archived": true,
+                    "archived_message_count": plan.range.message_count,
+                    "commit_count": meta.commit_count,
+                    "summary": how,
+                    "memory_extraction": NO_EXTRACTION,
+                    "trace_id": trace_id,
+                    "estimated_active_tokens": meta.pending_tokens,
+                    "budget_exceeded": false,
+                }));
+            }
+            Err(SessionError::Contention(_)) if attempt < 3 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The archive summaries: the configured model's within the request's
+/// deadline (its cap, less the reserve the rest of the commit needs),
+/// else the extractive ones.
+#[cfg(feature = "llm")]
+async fn summarize(
+    app: &App,
+    admitted: &Admitted<'_>,
+    messages: &[StoredMessage],
+) -> (crate::sessions::ArchiveSummary, &'static str) {
+    use crate::llm::archive::{SUMMARY_CAP, summarize};
+    let model = app.models.planner();
+    let reserve = std::time::Duration::from_millis(app.config.retrieval.stage_reserve_ms);
+    let budget = admitted.deadline.stage_budget(std::time::Instant::now(), SUMMARY_CAP, reserve);
+    summarize(model.as_deref(), messages, budget).await
+}
+
+/// The extractive summaries (this build has no model client).
+#[cfg(not(feature = "llm"))]
+async fn summarize(
+    _app: &App,
+    _admitted: &Admitted<'_>,
+    messages: &[StoredMessage],
+) -> (crate::sessions::ArchiveSummary, &'static str) {
+    (crate::sessions::extractive_summary(messages), "extractive")
+}
+
+/// A stored message as the reference's `Message.to_dict`: `parts` always
+/// (simple content becomes one text part), optional fields when set.
+fn message_json(m: &StoredMessage) -> Value {
+    let parts = match (&m.parts, &m.content) {
+        (Some(parts), _) => Value::Array(parts.clone()),
+        (None, Some(text)) => json!([{ "type": "text", "text": text }]),
+        (None, None) => json!([]),
+    };
+    let mut value = json!({ "id": m.id, "role": m.role, "parts": parts, "created_at": m.created_at });
+    for (key, field) in [("turn_id", &m.turn_id), ("message_kind", &m.message_kind), ("peer_id", &m.peer_id)] {
+        if let Some(v) = field {
+            value[key] = Value::String(v.clone());
+        }
+    }
+    value
 }
 
 /// One message from `body`, or `None` with the problems recorded in `body`

@@ -16,6 +16,7 @@ use serde::Serialize;
 
 pub use crate::config::ModelConfig;
 
+pub mod archive;
 #[cfg(feature = "bedrock")]
 pub mod bedrock;
 pub mod expansion;

@@ -50,7 +50,7 @@
 // A benchmark reports on stdout by design.
 #![allow(clippy::print_stdout)]
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -294,7 +294,7 @@ async fn write_meta(store: &SharedStore, identity: &Identity, id: &SessionId, tu
         total_message_count: turn,
         next_seq: turn,
         user_turn_count: turn,
-        recent_message_ids: VecDeque::new(),
+        ..SessionMeta::default()
     };
     let bytes = serde_json::to_vec(&meta).unwrap_or_else(|e| fail("meta json", e));
     store

@@ -1,0 +1,347 @@
+//! Session commits and session contexts end to end through the Lambda edge:
+//! `POST /api/v1/sessions/{id}/commit` archives the messages since the last
+//! archive into `history/archive_{N}/` (a claim with the sequence range,
+//! `.overview.md`, `.abstract.md`), `GET /api/v1/sessions/{id}` counts it,
+//! and `GET /api/v1/sessions/{id}/context` serves it back within a budget.
+//!
+//! Retries and races are checked as S3 shows them: a commit repeated after
+//! an outcome left unknown (a claim written, the meta not yet moved), and 8
+//! concurrent commits of one session, on a local store and on S3 (a moto
+//! server on loopback): exactly one archive, nothing archived twice.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use skald::app::App;
+use skald::config::{Config, IdentityConfig, IdentityMode, ModelConfig};
+use skald::embed::Embedder;
+use skald::embed::hashed::HashedEmbedder;
+use skald::identity::{AccountId, Identity, UserId};
+use skald::sessions::{SessionId, Sessions};
+use skald::store::{PutMode, SharedStore};
+use skald_tests::fixture::{
+    EMBED_DIMENSION, Reply, SESSIONS_PATH, app_over_store, local_store, s3_shared_store, session_key, sessions_get,
+    sessions_post, store_json,
+};
+use skald_tests::model_server::{ModelServer, Reply as ModelReply};
+
+fn ok(reply: &Reply) -> &Value {
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(reply.json["status"], "ok", "{}", reply.text);
+    &reply.json["result"]
+}
+
+async fn append(app: &Arc<App>, id: &str, role: &str, text: &str) {
+    let reply =
+        sessions_post(app, &format!("{SESSIONS_PATH}/{id}/messages"), &json!({"role": role, "content": text})).await;
+    ok(&reply);
+}
+
+async fn commit(app: &Arc<App>, id: &str, body: &Value) -> Reply {
+    sessions_post(app, &format!("{SESSIONS_PATH}/{id}/commit"), body).await
+}
+
+async fn info(app: &Arc<App>, id: &str) -> Value {
+    ok(&sessions_get(app, &format!("{SESSIONS_PATH}/{id}")).await).clone()
+}
+
+async fn context(app: &Arc<App>, id: &str, budget: Option<u64>) -> Value {
+    let query = budget.map(|b| format!("?token_budget={b}")).unwrap_or_default();
+    ok(&sessions_get(app, &format!("{SESSIONS_PATH}/{id}/context{query}")).await).clone()
+}
+
+fn counts(info: &Value) -> (u64, u64, u64) {
+    let n = |k: &str| info[k].as_u64().unwrap_or_else(|| panic!("{k} is not a count: {info}"));
+    (n("commit_count"), n("message_count"), n("total_message_count"))
+}
+
+/// A dialogue of `turns` user/assistant pairs on session `id`.
+async fn dialogue(app: &Arc<App>, id: &str, turns: usize, topic: &str) {
+    for i in 0..turns {
+        append(app, id, "user", &format!("{topic} question {i}: how do I plan the next step?")).await;
+        append(app, id, "assistant", &format!("{topic} answer {i}: book the inn first.")).await;
+    }
+}
+
+#[tokio::test]
+async fn a_commit_archives_the_messages_and_the_session_counts_it() {
+    let (store, _dir) = local_store();
+    let app = app_over_store(store.clone());
+    dialogue(&app, "c1", 3, "Kyoto").await;
+    let before = info(&app, "c1").await;
+    assert_eq!(counts(&before), (0, 6, 6));
+    assert!(before["pending_tokens"].as_u64().is_some_and(|t| t > 0), "{before}");
+
+    let reply = commit(&app, "c1", &json!({})).await;
+    let result = ok(&reply);
+    assert_eq!(result["status"], "accepted", "{result}");
+    assert_eq!(result["archived"], true);
+    assert_eq!(result["archive_uri"], "viking://user/default/sessions/c1/history/archive_001");
+    assert_eq!(result["archived_message_count"], 6);
+    assert!(result.get("task_id").is_none(), "no memory extraction, no task: {result}");
+    assert!(result["memory_extraction"].as_str().is_some_and(|m| m.contains("does not extract")), "{result}");
+    assert_eq!(result["summary"], "extractive");
+
+    let after = info(&app, "c1").await;
+    assert_eq!(counts(&after), (1, 0, 6), "{after}");
+    assert_eq!(after["pending_tokens"], 0, "{after}");
+    let overview =
+        store.get(&session_key("default", "c1", "history/archive_001/.overview.md")).await.expect("overview");
+    let overview = String::from_utf8_lossy(&overview.body).into_owned();
+    assert!(overview.contains("3 turns, 6 messages") && overview.contains("Kyoto question 2"), "{overview}");
+    let claim = store_json(&store, &session_key("default", "c1", "history/archive_001/.meta.json")).await;
+    let claim = claim.expect("the archive's claim");
+    assert_eq!((claim["from_seq"].as_u64(), claim["to_seq"].as_u64()), (Some(0), Some(6)), "{claim}");
+
+    // Retried: nothing new, nothing archived twice.
+    let again = commit(&app, "c1", &json!({})).await;
+    assert_eq!((ok(&again)["status"].as_str(), ok(&again)["reason"].as_str()), (Some("skipped"), Some("no_messages")));
+    assert_eq!(counts(&info(&app, "c1").await), (1, 0, 6));
+
+    // New messages go to the next archive.
+    dialogue(&app, "c1", 1, "Osaka").await;
+    let second = commit(&app, "c1", &json!({})).await;
+    assert_eq!(ok(&second)["archive_uri"], "viking://user/default/sessions/c1/history/archive_002");
+    assert_eq!(counts(&info(&app, "c1").await), (2, 0, 8));
+}
+
+#[tokio::test]
+async fn keep_recent_count_leaves_the_newest_messages_live() {
+    let (store, _dir) = local_store();
+    let app = app_over_store(store);
+    dialogue(&app, "k1", 2, "trip").await;
+    let reply = commit(&app, "k1", &json!({"keep_recent_count": 3})).await;
+    assert_eq!(ok(&reply)["archived_message_count"], 1, "{}", reply.text);
+    assert_eq!(counts(&info(&app, "k1").await), (1, 3, 4));
+    let kept = commit(&app, "k1", &json!({"keep_recent_count": 10})).await;
+    assert_eq!(ok(&kept)["reason"], "all_within_keep_window", "{}", kept.text);
+    // The retained messages are what the context serves after the overview.
+    let ctx = context(&app, "k1", None).await;
+    let texts: Vec<&str> =
+        ctx["messages"].as_array().expect("messages").iter().filter_map(|m| m["parts"][0]["text"].as_str()).collect();
+    assert_eq!(
+        texts,
+        [
+            "trip answer 0: book the inn first.",
+            "trip question 1: how do I plan the next step?",
+            "trip answer 1: book the inn first."
+        ]
+    );
+    assert!(ctx["latest_archive_overview"].as_str().is_some_and(|o| o.contains("1 turns, 1 messages")), "{ctx}");
+}
+
+#[tokio::test]
+async fn the_context_serves_archives_and_messages_within_the_budget() {
+    let (store, _dir) = local_store();
+    let app = app_over_store(store);
+    // No archive yet: only messages.
+    dialogue(&app, "x1", 1, "first").await;
+    let ctx = context(&app, "x1", None).await;
+    assert_eq!(ctx["latest_archive_overview"], "");
+    assert_eq!(ctx["messages"].as_array().map(Vec::len), Some(2));
+    assert_eq!(ctx["stats"]["totalArchives"], 0);
+
+    ok(&commit(&app, "x1", &json!({})).await);
+    dialogue(&app, "x1", 1, "second").await;
+    ok(&commit(&app, "x1", &json!({})).await);
+    dialogue(&app, "x1", 1, "third").await;
+    let ctx = context(&app, "x1", None).await;
+    assert!(ctx["latest_archive_overview"].as_str().is_some_and(|o| o.contains("second question 0")), "{ctx}");
+    let abstracts = ctx["pre_archive_abstracts"].as_array().expect("abstracts");
+    assert_eq!(abstracts.len(), 1, "{ctx}");
+    assert!(abstracts[0].as_str().is_some_and(|a| a.contains("first question 0")), "{ctx}");
+    assert_eq!(ctx["messages"].as_array().map(Vec::len), Some(2), "only what is not archived");
+    assert_eq!((ctx["stats"]["totalArchives"].as_u64(), ctx["stats"]["includedArchives"].as_u64()), (Some(2), Some(2)));
+    let total = ctx["estimatedTokens"].as_u64().expect("tokens");
+    // A smaller budget drops what does not fit, the oldest first.
+    let tight = context(&app, "x1", Some(total - 1)).await;
+    assert!(tight["estimatedTokens"].as_u64().is_some_and(|t| t < total), "{tight}");
+    assert!(tight["pre_archive_abstracts"].as_array().is_some_and(Vec::is_empty), "{tight}");
+    assert_eq!(tight["stats"]["droppedArchives"], 1, "{tight}");
+}
+
+#[tokio::test]
+async fn a_commit_retried_after_an_unknown_outcome_finishes_the_same_archive() {
+    let (store, _dir) = local_store();
+    let app = app_over_store(store.clone());
+    dialogue(&app, "r1", 2, "retry").await;
+    // An earlier attempt claimed archive_001 for these messages and wrote its
+    // summaries, then its meta update's outcome was lost.
+    let identity = Identity {
+        account: AccountId::new("default").expect("valid"),
+        user: UserId::new("default").expect("valid"),
+        actor_peer: None,
+    };
+    let sessions = Sessions::new(&store, &identity);
+    let id = SessionId::new("r1").expect("valid");
+    let plan = sessions.plan_commit(&id, 0, "2026-12-01T00:00:00Z").await.expect("plan").expect("messages to archive");
+    let claim = json!({"index": 1, "from_seq": 0, "to_seq": 4, "message_count": 4, "created_at": "2026-12-01T00:00:00Z", "summary": "extractive"});
+    store
+        .put(
+            &session_key("default", "r1", "history/archive_001/.meta.json"),
+            claim.to_string().into(),
+            PutMode::CreateNew,
+        )
+        .await
+        .expect("claim");
+    assert_eq!(plan.range.index, 1);
+    let reply = commit(&app, "r1", &json!({})).await;
+    assert_eq!(ok(&reply)["archive_uri"], "viking://user/default/sessions/r1/history/archive_001", "{}", reply.text);
+    assert_eq!(counts(&info(&app, "r1").await), (1, 0, 4));
+    // The write itself, repeated after it landed, changes nothing.
+    let summary = skald::sessions::extractive_summary(&plan.messages);
+    let meta = sessions.write_archive(&id, &plan, &summary, "extractive", "2026-12-01T00:00:01Z").await.expect("again");
+    assert_eq!((meta.commit_count, meta.archived_message_count), (1, 4));
+
+    // A claim for another range (a concurrent commit's) is not taken as ours.
+    dialogue(&app, "r1", 1, "more").await;
+    let other =
+        json!({"index": 2, "from_seq": 4, "to_seq": 5, "message_count": 1, "created_at": "x", "summary": "extractive"});
+    store
+        .put(
+            &session_key("default", "r1", "history/archive_002/.meta.json"),
+            other.to_string().into(),
+            PutMode::CreateNew,
+        )
+        .await
+        .expect("claim");
+    let plan = sessions.plan_commit(&id, 0, "now").await.expect("plan").expect("messages");
+    let err =
+        sessions.write_archive(&id, &plan, &summary, "extractive", "now").await.expect_err("someone else's claim");
+    assert!(err.to_string().contains("busy"), "{err}");
+}
+
+async fn concurrent_commits_make_one_archive(store: SharedStore) {
+    let app = app_over_store(store.clone());
+    dialogue(&app, "race", 5, "race").await;
+    let commits = (0..8).map(|_| {
+        let app = Arc::clone(&app);
+        tokio::spawn(async move { commit(&app, "race", &json!({})).await })
+    });
+    let replies = futures_util_join(commits).await;
+    let mut accepted = Vec::new();
+    for reply in &replies {
+        let result = ok(reply);
+        match result["status"].as_str() {
+            Some("accepted") => accepted.push(result["archive_uri"].as_str().unwrap_or_default().to_owned()),
+            Some("skipped") => assert_eq!(result["reason"], "no_messages", "{result}"),
+            other => panic!("unexpected status {other:?}: {result}"),
+        }
+    }
+    assert!(!accepted.is_empty(), "one commit archived");
+    assert!(accepted.iter().all(|u| u.ends_with("/history/archive_001")), "{accepted:?}");
+    assert_eq!(counts(&info(&app, "race").await), (1, 0, 10));
+    let listed = store.list(&session_key("default", "race", "history/")).await.expect("list");
+    let dirs: std::collections::BTreeSet<String> =
+        listed.iter().filter_map(|m| m.key.split("/history/").nth(1)?.split('/').next().map(str::to_owned)).collect();
+    assert_eq!(dirs.into_iter().collect::<Vec<_>>(), ["archive_001"]);
+}
+
+async fn futures_util_join(handles: impl Iterator<Item = tokio::task::JoinHandle<Reply>>) -> Vec<Reply> {
+    let mut out = Vec::new();
+    for handle in handles.collect::<Vec<_>>() {
+        out.push(handle.await.expect("a commit task"));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_commits_make_one_archive_locally() {
+    let (store, _dir) = local_store();
+    concurrent_commits_make_one_archive(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_commits_make_one_archive_on_s3() {
+    concurrent_commits_make_one_archive(s3_shared_store("session-commit-race").await).await;
+}
+
+fn app_with_model(store: SharedStore, server: &ModelServer) -> Arc<App> {
+    let config = Config {
+        identity: IdentityConfig { mode: IdentityMode::Dev, ..IdentityConfig::default() },
+        llm: Some(ModelConfig::Openai {
+            base_url: server.base_url(),
+            model: "stub".into(),
+            api_key_env: "SKALD_TEST_UNSET_KEY".into(),
+        }),
+        ..Config::default()
+    };
+    let embedder: Arc<dyn Embedder> = Arc::new(HashedEmbedder::new(EMBED_DIMENSION));
+    Arc::new(App::with_parts(config, store, embedder))
+}
+
+#[tokio::test]
+async fn a_configured_model_writes_the_summary_and_a_failing_one_falls_back() {
+    let server = ModelServer::start().await;
+    server.set_default(ModelReply::Text(
+        "# Kyoto trip\n\nThe user is booking a December inn in Kyoto.\n\n## Goals\n- book the inn\n".into(),
+    ));
+    let (store, _dir) = local_store();
+    let app = app_with_model(store.clone(), &server);
+    dialogue(&app, "m1", 2, "Kyoto").await;
+    let reply = commit(&app, "m1", &json!({})).await;
+    assert_eq!(ok(&reply)["summary"], "llm", "{}", reply.text);
+    let prompt = server.requests().last().map(|r| r.prompt_text()).unwrap_or_default();
+    assert!(prompt.contains("[user]: Kyoto question 1") && prompt.contains("[assistant]: Kyoto answer 0"), "{prompt}");
+    let ctx = context(&app, "m1", None).await;
+    assert!(ctx["latest_archive_overview"].as_str().is_some_and(|o| o.starts_with("# Kyoto trip")), "{ctx}");
+    let abstract_ =
+        store.get(&session_key("default", "m1", "history/archive_001/.abstract.md")).await.expect("abstract");
+    assert_eq!(String::from_utf8_lossy(&abstract_.body), "The user is booking a December inn in Kyoto.\n");
+
+    server.set_default(ModelReply::Status(500));
+    dialogue(&app, "m1", 1, "Osaka").await;
+    let reply = commit(&app, "m1", &json!({})).await;
+    assert_eq!((ok(&reply)["status"].as_str(), ok(&reply)["summary"].as_str()), (Some("accepted"), Some("extractive")));
+    // A client deadline too short for the model: no call, the extractive summary.
+    let calls = server.requests().len();
+    dialogue(&app, "m1", 1, "Nara").await;
+    let event = skald_tests::fixture::request_to(
+        &format!("{SESSIONS_PATH}/m1/commit"),
+        "POST",
+        &[("x-client-timeout-ms", "500")],
+        lambda_http::Body::Text("{}".into()),
+    );
+    let reply = skald_tests::fixture::call_handler(&app, skald_tests::fixture::Handler::Sessions, event).await;
+    assert_eq!(ok(&reply)["summary"], "extractive", "{}", reply.text);
+    assert_eq!(server.requests().len(), calls, "no model call without time for it");
+}
+
+#[tokio::test]
+async fn bad_commits_and_contexts_are_refused_with_the_field_named() {
+    let (store, _dir) = local_store();
+    let app = app_over_store(store);
+    append(&app, "b1", "user", "hello there").await;
+    let missing = commit(&app, "nobody", &json!({})).await;
+    assert_eq!((missing.status, missing.json["error"]["code"].as_str()), (404, Some("NOT_FOUND")), "{}", missing.text);
+    assert!(missing.text.contains("Session not found: nobody"), "{}", missing.text);
+    let cases: &[(Value, &str)] = &[
+        (json!({"keep_recent_count": -1}), "keep_recent_count"),
+        (json!({"keep_recent_count": 10001}), "keep_recent_count"),
+        (json!({"keep_recent_count": "3"}), "keep_recent_count"),
+        (json!({"retention_mode": "turn_budget"}), "retention_mode"),
+        (json!({"keep_recent_turn_count": 3}), "keep_recent_turn_count"),
+        (json!({"keep_everything": true}), "keep_everything"),
+    ];
+    for (body, field) in cases {
+        let reply = commit(&app, "b1", body).await;
+        assert_eq!(reply.status, 400, "{body}: {}", reply.text);
+        let locs = &reply.json["error"]["details"]["validation_errors"];
+        assert!(
+            locs.as_array().is_some_and(|l| l.iter().any(|e| e["loc"] == json!(["body", field]))),
+            "{body}: {}",
+            reply.text
+        );
+    }
+    for query in ["token_budget=0", "token_budget=abc", "token_budget=1000001"] {
+        let reply = sessions_get(&app, &format!("{SESSIONS_PATH}/b1/context?{query}")).await;
+        assert_eq!(reply.status, 400, "{query}: {}", reply.text);
+        assert!(reply.text.contains("\"query\",\"token_budget\""), "{query}: {}", reply.text);
+    }
+    let ctx_missing = sessions_get(&app, &format!("{SESSIONS_PATH}/nobody/context")).await;
+    assert_eq!(ctx_missing.status, 404, "{}", ctx_missing.text);
+    let wrong_method = sessions_get(&app, &format!("{SESSIONS_PATH}/b1/commit")).await;
+    assert_eq!(wrong_method.status, 405, "{}", wrong_method.text);
+    // Nothing was archived by the refused commits.
+    assert_eq!(counts(&info(&app, "b1").await), (0, 1, 1));
+}
