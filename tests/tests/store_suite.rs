@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use skald::store::{ObjectMeta, PutMode, SharedStore, Store, StoreError};
+use skald::store::{DirListing, ObjectMeta, PutMode, SharedStore, Store, StoreError};
 use skald_tests::fixture::TempDir;
 
 /// Runs each check against both backends: `local::<check>` and
@@ -54,6 +54,11 @@ store_suite!(
     delete_removes_and_tolerates_missing(borrowed),
     invalid_keys_are_rejected(borrowed),
     concurrent_compare_and_swap_loses_no_update(shared),
+    list_dir_lists_one_level(borrowed),
+    list_dir_cuts_at_the_limit_in_name_order(borrowed),
+    list_dir_pages_past_a_thousand_entries(shared),
+    list_dir_of_nothing_or_a_file_is_empty(borrowed),
+    list_dir_tells_common_name_prefixes_apart(borrowed),
 );
 
 /// Puts `text` under `key`.
@@ -199,6 +204,7 @@ async fn invalid_keys_are_rejected(store: &dyn Store) {
             assert_invalid(&put(store, key, "bad", mode).await, key);
         }
         assert_invalid(&store.delete(key).await, key);
+        assert_invalid(&store.list_dir(key, 10).await, key);
     }
     let keys: Vec<String> = store.list("").await.expect("list").into_iter().map(|m| m.key).collect();
     assert_eq!(keys, ["x"], "nothing was written");
@@ -239,4 +245,152 @@ async fn concurrent_compare_and_swap_loses_no_update(store: &SharedStore) {
     let mut ids: Vec<u64> = serde_json::from_slice(&final_object.body).expect("the result is a JSON array of ids");
     ids.sort_unstable();
     assert_eq!(ids, (0..TASKS).collect::<Vec<_>>(), "every task's id exactly once ({attempts} attempts in all)");
+}
+
+/// `list_dir(dir, limit)` as the files' names (checked to be directly under
+/// `dir`), the directories' names and `truncated`.
+async fn level(store: &dyn Store, dir: &str, limit: usize) -> (Vec<String>, Vec<String>, bool) {
+    let listing = store.list_dir(dir, limit).await.unwrap_or_else(|e| panic!("list_dir({dir:?}, {limit}): {e}"));
+    let prefix = format!("{dir}/");
+    let files = listing
+        .files
+        .iter()
+        .map(|f| match f.key.strip_prefix(&prefix) {
+            Some(name) if !name.is_empty() && !name.contains('/') => name.to_owned(),
+            _ => panic!("list_dir({dir:?}) lists {:?}, which is not directly under it", f.key),
+        })
+        .collect();
+    (files, listing.dirs, listing.truncated)
+}
+
+/// Puts an empty-ish body (the key itself) under each of `keys`, 16 at a time.
+async fn put_all(store: &SharedStore, keys: &[String]) {
+    for chunk in keys.chunks(16) {
+        let mut tasks = tokio::task::JoinSet::new();
+        for key in chunk {
+            let (store, key) = (Arc::clone(store), key.clone());
+            tasks.spawn(async move {
+                let body = key.clone().into_bytes().into();
+                store.put(&key, body, PutMode::Overwrite).await.unwrap_or_else(|e| panic!("put {key}: {e}"));
+            });
+        }
+        while let Some(joined) = tasks.join_next().await {
+            joined.expect("a put task panicked");
+        }
+    }
+}
+
+fn strings(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| (*n).to_owned()).collect()
+}
+
+async fn list_dir_lists_one_level(store: &dyn Store) {
+    // Written out of order; sizes differ so that a mix-up shows. Names sort
+    // by bytes: `.` < `Z` < `a` < CJK.
+    let objects = [
+        ("t/d/b.md", "bb"),
+        ("t/d/sub/x.md", "x"),
+        ("t/d/.abstract.md", "abstract"),
+        ("t/d/a.md", "a"),
+        ("t/d/sub/deeper/y.md", "y"),
+        ("t/d/Z.md", "zzz"),
+        ("t/d/年糕.md", "橘猫"),
+        ("t/d/other/z.md", "z"),
+        ("t/e.md", "e"),
+        ("t/dz/q.md", "q"),
+    ];
+    let mut written = Vec::new();
+    for (key, text) in objects {
+        written.push(put(store, key, text, PutMode::Overwrite).await.unwrap_or_else(|e| panic!("put {key}: {e}")));
+    }
+    let listing = store.list_dir("t/d", 100).await.expect("list_dir t/d");
+    let direct = ["t/d/.abstract.md", "t/d/Z.md", "t/d/a.md", "t/d/b.md", "t/d/年糕.md"];
+    let want: Vec<ObjectMeta> =
+        direct.iter().map(|k| written.iter().find(|m| m.key == *k).cloned().expect("written")).collect();
+    assert_eq!(listing.files, want, "the files directly under t/d, sorted, with their put metadata");
+    assert_eq!(listing.dirs, ["other", "sub"], "each subdirectory once, by name; nothing deeper");
+    assert!(!listing.truncated, "{listing:?}");
+
+    assert_eq!(level(store, "t", 100).await, (strings(&["e.md"]), strings(&["d", "dz"]), false));
+    assert_eq!(level(store, "t/d/sub", 100).await, (strings(&["x.md"]), strings(&["deeper"]), false));
+    assert_eq!(level(store, "t/d/sub/deeper", 100).await, (strings(&["y.md"]), Vec::new(), false));
+}
+
+async fn list_dir_cuts_at_the_limit_in_name_order(store: &dyn Store) {
+    // Names in order: a.md, b/, c.md, d/, e.md.
+    for key in ["m/e.md", "m/d/deep/2.md", "m/c.md", "m/b/1.md", "m/a.md"] {
+        put(store, key, key, PutMode::Overwrite).await.unwrap_or_else(|e| panic!("put {key}: {e}"));
+    }
+    let cases: &[(usize, &[&str], &[&str], bool)] = &[
+        (0, &[], &[], true),
+        (1, &["a.md"], &[], true),
+        (2, &["a.md"], &["b"], true),
+        (3, &["a.md", "c.md"], &["b"], true),
+        (4, &["a.md", "c.md"], &["b", "d"], true),
+        (5, &["a.md", "c.md", "e.md"], &["b", "d"], false),
+        (6, &["a.md", "c.md", "e.md"], &["b", "d"], false),
+    ];
+    for (limit, files, dirs, truncated) in cases {
+        assert_eq!(
+            level(store, "m", *limit).await,
+            (strings(files), strings(dirs), *truncated),
+            "list_dir(\"m\", {limit}): the first {limit} names, files and directories merged"
+        );
+    }
+}
+
+/// More entries than one S3 listing page (1000): the pages are merged, and
+/// the limit still cuts in name order.
+async fn list_dir_pages_past_a_thousand_entries(store: &SharedStore) {
+    // A directory first and one last, 1001 files between them.
+    let mut keys: Vec<String> = (0..=1000).map(|i| format!("p/f{i:04}.md")).collect();
+    keys.extend(["p/a/1.md".to_owned(), "p/z/deep/2.md".to_owned()]);
+    put_all(store, &keys).await;
+    let file = |i: usize| format!("f{i:04}.md");
+    let all_files: Vec<String> = (0..=1000).map(file).collect();
+    let cases: Vec<(usize, Vec<String>, Vec<String>, bool)> = vec![
+        (2000, all_files.clone(), strings(&["a", "z"]), false),
+        (1003, all_files.clone(), strings(&["a", "z"]), false),
+        (1002, all_files.clone(), strings(&["a"]), true),
+        (1001, (0..1000).map(file).collect(), strings(&["a"]), true),
+        (10, (0..9).map(file).collect(), strings(&["a"]), true),
+    ];
+    for (limit, files, dirs, truncated) in cases {
+        let (got_files, got_dirs, got_truncated) = level(store.as_ref(), "p", limit).await;
+        assert_eq!(
+            (got_files.len(), &got_dirs, got_truncated),
+            (files.len(), &dirs, truncated),
+            "list_dir(\"p\", {limit}): file count, directories, truncated"
+        );
+        assert_eq!(got_files, files, "list_dir(\"p\", {limit}): the files");
+    }
+}
+
+async fn list_dir_of_nothing_or_a_file_is_empty(store: &dyn Store) {
+    for key in ["f/doc.md", "f/sub/x.md", "f/gone/y.md"] {
+        put(store, key, "x", PutMode::Overwrite).await.unwrap_or_else(|e| panic!("put {key}: {e}"));
+    }
+    store.delete("f/gone/y.md").await.expect("delete f/gone/y.md");
+    // Missing; a file; a file's name without its extension; a directory
+    // emptied by a delete (gone on S3, an empty directory locally).
+    for dir in ["nothing", "f/nothing", "f/doc.md", "f/sub/x.md", "f/doc", "f/gone"] {
+        for limit in [0, 1, 10] {
+            let listing = store.list_dir(dir, limit).await.unwrap_or_else(|e| panic!("list_dir {dir:?}: {e}"));
+            assert_eq!(listing, DirListing::default(), "list_dir({dir:?}, {limit}) lists nothing, not truncated");
+        }
+    }
+}
+
+/// `a/b` is not `a/b.md` nor `a/bc`: a directory is its name plus `/`.
+async fn list_dir_tells_common_name_prefixes_apart(store: &dyn Store) {
+    for key in ["a/b.md", "a/bc/x.md", "a/b/y.md", "a/b/z/w.md", "a/b-c.md"] {
+        put(store, key, key, PutMode::Overwrite).await.unwrap_or_else(|e| panic!("put {key}: {e}"));
+    }
+    assert_eq!(level(store, "a", 10).await, (strings(&["b-c.md", "b.md"]), strings(&["b", "bc"]), false));
+    assert_eq!(level(store, "a/b", 10).await, (strings(&["y.md"]), strings(&["z"]), false));
+    assert_eq!(level(store, "a/bc", 10).await, (strings(&["x.md"]), Vec::new(), false));
+    assert_eq!(level(store, "a/b.m", 10).await, (Vec::new(), Vec::new(), false));
+    // Cut in name order: b/ < b-c.md < b.md < bc/.
+    assert_eq!(level(store, "a", 2).await, (strings(&["b-c.md"]), strings(&["b"]), true));
+    assert_eq!(level(store, "a", 3).await, (strings(&["b-c.md", "b.md"]), strings(&["b"]), true));
 }
