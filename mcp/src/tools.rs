@@ -1,0 +1,586 @@
+//! The tools: their portable input schemas (JSON literals: no
+//! `anyOf`/`oneOf`/`$ref`/`$defs`, a `type` on every node, no `null`
+//! default, every property described) and their mapping onto the REST
+//! routes, with the reference's argument names and text outputs.
+//!
+//! | tool | REST | arguments → body |
+//! |---|---|---|
+//! | `find` | `POST /api/v1/search/find` | `min_score` → `score_threshold` (default 0.35); the rest as named |
+//! | `search` | `POST /api/v1/search/search` | `min_score` → `score_threshold` (list mode default 0.35); `detail_by_category` → the `detail` object; `other_peer_penalties` → the `other_peer_penalty` object; `rewrite` `off`/`auto` → `false`/`true` |
+//! | `recall` | `POST /api/v1/search/recall` | as named (`max_chars`, `min_score` are the preset's own aliases); `rewrite` a boolean or `auto` |
+//! | `bootstrap` | `POST /api/v1/search/bootstrap` | as named |
+//! | `read` | `GET /api/v1/content/read?uri=` | one read per URI, at most 10, at once |
+//! | `list` | `GET /api/v1/fs/ls?uri=&recursive=&output=agent` | as named |
+//! | `health` | `GET /health` | none |
+
+use std::sync::LazyLock;
+
+use rmcp::model::{CallToolResult, ContentBlock, ErrorData, JsonObject, Tool, ToolAnnotations};
+use serde_json::{Map, Value, json};
+use skald::app::App;
+use skald::deadline::Deadline;
+
+use crate::args::{Args, invalid};
+use crate::render::{self, NO_BOOTSTRAP, NO_MATCH, NO_MEMORIES};
+use crate::rest::{self, Answer, Renames, Route};
+
+/// The server's `instructions`: which tool to use when.
+pub const INSTRUCTIONS: &str = "Skald holds this user's long-term memory as viking:// URIs (memories, resources, skills). \
+At the start of a session call bootstrap once. Before answering, call recall (or search with mode='context') for one \
+budgeted block of relevant memory, or find for a ranked list of URIs. Expand any URI with read; browse a directory \
+with list.";
+
+/// `find`'s and list-mode `search`'s default `min_score`, as the reference.
+pub const LIST_MIN_SCORE: f64 = 0.35;
+
+/// Most URIs one `read` call takes.
+pub const MAX_READ_URIS: usize = 10;
+
+/// `search` arguments only context mode takes. In list mode one sent with
+/// its documented default (or empty) is dropped, any other value is REST's
+/// 400.
+const CONTEXT_ONLY: &[&str] = &[
+    "query_expansion",
+    "max_tokens",
+    "quotas",
+    "purpose",
+    "detail",
+    "detail_by_category",
+    "dedup_turns",
+    "exclude_uris",
+    "peer_scope",
+    "other_peer_penalty",
+    "other_peer_penalties",
+    "rewrite",
+    "rewrite_max_bullets",
+];
+
+/// Every tool, in listing order (built on first use).
+#[must_use]
+pub fn list() -> &'static [Tool] {
+    static TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(build);
+    &TOOLS
+}
+
+fn object(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+fn tool(name: &'static str, title: &str, description: &'static str, schema: Value, read_only: bool) -> Tool {
+    let annotations = ToolAnnotations::with_title(title)
+        .read_only(read_only)
+        .destructive(false)
+        .idempotent(read_only)
+        .open_world(false);
+    Tool::new(name, description, object(schema)).with_title(title).with_annotations(annotations)
+}
+
+/// `{"type": "object", "properties": {key: {"type": item, "description": …}}}`
+/// over the category keys, for quotas, tiers and penalties per category.
+fn per_category(keys: &[&str], item: &Value, description: &str) -> Value {
+    let properties: Map<String, Value> = keys
+        .iter()
+        .map(|k| {
+            let mut node = item.clone();
+            node["description"] = json!(format!("For {k}."));
+            ((*k).to_owned(), node)
+        })
+        .collect();
+    json!({ "type": "object", "properties": properties, "description": description })
+}
+
+const QUOTA_KEYS: &[&str] = &["events", "entities", "preferences", "experiences", "resources", "skills"];
+const DETAIL_KEYS: &[&str] = &["events", "entities", "preferences", "experiences", "resources", "skills", "memories"];
+
+fn quotas() -> Value {
+    per_category(
+        QUOTA_KEYS,
+        &json!({ "type": "integer", "minimum": 0 }),
+        "Entries wanted per category, e.g. {\"events\": 5, \"entities\": 3}; categories not named get none. Default: the purpose's preset.",
+    )
+}
+
+fn build() -> Vec<Tool> {
+    let query = json!({ "type": "string", "description": "What to look for, in natural language (any language)." });
+    let session_id = json!({
+        "type": "string",
+        "description": "The current session's id: its recent turns refine the query and, in context mode, feed the dedup ledger."
+    });
+    let max_tokens = json!({
+        "type": "integer", "minimum": 64, "maximum": 32000, "default": 1600,
+        "description": "Token budget of the block; it never exceeds it."
+    });
+    let peer_scope = json!({
+        "type": "string", "enum": ["actor", "all"], "default": "all",
+        "description": "'all' also brings other peers' memories (with a score penalty); 'actor' only the shared ones and the acting peer's (X-OpenViking-Actor-Peer)."
+    });
+    let tier = json!({ "type": "string", "enum": ["abstract", "overview", "full"] });
+    let find_schema = json!({
+        "type": "object",
+        "properties": {
+            "query": query,
+            "target_uri": {
+                "type": "array", "items": { "type": "string" },
+                "description": "Search only under these viking:// URIs (one URI as a plain string is accepted too). Default: the caller's memories, resources and skills."
+            },
+            "limit": { "type": "integer", "minimum": 1, "default": 10, "description": "Most hits to return." },
+            "min_score": {
+                "type": "number", "minimum": 0, "maximum": 1, "default": LIST_MIN_SCORE,
+                "description": "Lowest relevance score (0 to 1) a hit may have."
+            },
+            "level": {
+                "type": "array", "items": { "type": "integer", "enum": [0, 1, 2] },
+                "description": "Only these levels: 0 directory abstracts, 1 directory overviews, 2 files. Default: all."
+            },
+            "context_type": {
+                "type": "array", "items": { "type": "string", "enum": ["memory", "resource", "skill"] },
+                "description": "Only these kinds of context (one as a plain string is accepted too). Default: all."
+            },
+            "read_content": { "type": "boolean", "default": false, "description": "Also return each hit's full text." },
+            "events_time_decay_protection": {
+                "type": "string",
+                "description": "Event hits older than this window score lower: \"0\" or a number followed by m, h or d, e.g. \"30d\". Default: no decay."
+            }
+        },
+        "required": ["query"]
+    });
+    let search_schema = json!({
+        "type": "object",
+        "properties": {
+            "query": query,
+            "search_type": {
+                "type": "string", "enum": ["semantic", "keywords"], "default": "semantic",
+                "description": "'semantic' (by meaning). 'keywords' is not available yet."
+            },
+            "target_uri": {
+                "type": "array", "items": { "type": "string" },
+                "description": "List mode: search only under these viking:// URIs (one URI as a plain string is accepted too)."
+            },
+            "session_id": session_id,
+            "limit": { "type": "integer", "minimum": 1, "default": 10, "description": "Most hits (list mode) or entries (context mode, without quotas)." },
+            "min_score": {
+                "type": "number", "minimum": 0, "maximum": 1,
+                "description": "Lowest relevance score (0 to 1). Default: 0.35 in list mode, 0.1 in context mode."
+            },
+            "level": {
+                "type": "array", "items": { "type": "integer", "enum": [0, 1, 2] },
+                "description": "List mode: only these levels (0 directory abstracts, 1 overviews, 2 files)."
+            },
+            "context_type": {
+                "type": "array", "items": { "type": "string", "enum": ["memory", "resource", "skill"] },
+                "description": "List mode: only these kinds of context (one as a plain string is accepted too)."
+            },
+            "mode": {
+                "type": "string", "enum": ["list", "context"], "default": "list",
+                "description": "'list': ranked hits with abstracts. 'context': one injection-ready block within max_tokens."
+            },
+            "query_expansion": {
+                "type": "string", "enum": ["off", "auto"], "default": "auto",
+                "description": "Context mode: with a session, let the model turn the query into up to three queries."
+            },
+            "max_tokens": max_tokens,
+            "quotas": quotas(),
+            "purpose": {
+                "type": "string",
+                "description": "Context mode: a quota preset, 'chat' or 'coding' (or one configured on the server)."
+            },
+            "detail": {
+                "type": "string", "enum": ["auto", "abstract", "overview", "full"], "default": "auto",
+                "description": "Context mode: 'auto' fills breadth first (abstracts, then overviews, then full texts while they fit); a tier pins every entry to it."
+            },
+            "detail_by_category": per_category(
+                DETAIL_KEYS, &tier,
+                "Context mode: a tier per category, e.g. {\"events\": \"full\", \"resources\": \"abstract\"}; others fill automatically. Not with detail."
+            ),
+            "dedup_turns": {
+                "type": "integer", "minimum": 0, "maximum": 100, "default": 0,
+                "description": "Context mode, with session_id: skip entries already served in the session's last N turns."
+            },
+            "exclude_uris": {
+                "type": "array", "items": { "type": "string" }, "maxItems": 200,
+                "description": "Context mode: leave out these viking:// URIs and everything under them."
+            },
+            "peer_scope": peer_scope,
+            "other_peer_penalty": {
+                "type": "number", "minimum": 0, "maximum": 1,
+                "description": "Context mode: score subtracted from other peers' memories, every category. Not with other_peer_penalties."
+            },
+            "other_peer_penalties": per_category(
+                DETAIL_KEYS, &json!({ "type": "number", "minimum": 0, "maximum": 1 }),
+                "Context mode: the penalty per category, e.g. {\"events\": 0.2}; others keep their default. Not with other_peer_penalty."
+            ),
+            "rewrite": {
+                "type": "string", "enum": ["off", "auto"], "default": "off",
+                "description": "Context mode: 'auto' condenses the block into a short digest of cited bullets (a model call)."
+            },
+            "rewrite_max_bullets": {
+                "type": "integer", "minimum": 1, "maximum": 20, "default": 6,
+                "description": "Context mode: most bullets in the digest."
+            },
+            "read_content": { "type": "boolean", "default": false, "description": "List mode: also return each hit's full text." },
+            "events_time_decay_protection": {
+                "type": "string",
+                "description": "List mode: event hits older than this window score lower: \"0\" or a number followed by m, h or d."
+            }
+        },
+        "required": ["query"]
+    });
+    let recall_schema = json!({
+        "type": "object",
+        "properties": {
+            "query": query,
+            "quotas": quotas(),
+            "max_chars": {
+                "type": "integer", "minimum": 1,
+                "description": "Budget in characters (about 4 per token) when max_tokens is not given."
+            },
+            "min_score": {
+                "type": "number", "minimum": 0, "maximum": 1, "default": 0.35,
+                "description": "Lowest relevance score (0 to 1) a memory may have."
+            },
+            "peer_scope": peer_scope,
+            "other_peer_penalty": {
+                "type": "number", "minimum": 0, "maximum": 1,
+                "description": "Score subtracted from other peers' memories."
+            },
+            "session_id": session_id,
+            "detail": {
+                "type": "string", "enum": ["auto", "abstract", "overview", "full"], "default": "auto",
+                "description": "'auto' fills breadth first; a tier pins every entry to it."
+            },
+            "max_tokens": max_tokens,
+            "rewrite": {
+                "type": "boolean", "default": false,
+                "description": "true condenses the block into a short digest of cited bullets (a model call); the string 'auto' does so only when a dedicated query-planner model is configured."
+            }
+        },
+        "required": ["query"]
+    });
+    let bootstrap_schema = json!({
+        "type": "object",
+        "properties": {
+            "session_id": {
+                "type": "string",
+                "description": "The current session's id: adds where it stopped (its latest archive and recent abstracts)."
+            },
+            "max_tokens": max_tokens,
+            "since": {
+                "type": "string",
+                "description": "Recent work starts here: a duration such as \"7d\" or \"24h\", or a date. Default: 7 days."
+            },
+            "query": { "type": "string", "description": "Accepted and unused: the block does not depend on a query." }
+        }
+    });
+    let read_schema = json!({
+        "type": "object",
+        "properties": {
+            "uris": {
+                "type": "array", "items": { "type": "string" }, "minItems": 1, "maxItems": MAX_READ_URIS,
+                "description": "viking:// URIs to read, at most 10 (one URI as a plain string is accepted too); viking://~/ is the caller's own tree."
+            }
+        },
+        "required": ["uris"]
+    });
+    let list_schema = json!({
+        "type": "object",
+        "properties": {
+            "uri": { "type": "string", "description": "The viking:// directory to list, e.g. viking://resources or viking://~/memories." },
+            "recursive": { "type": "boolean", "default": false, "description": "List the whole subtree, not only the direct entries." }
+        },
+        "required": ["uri"]
+    });
+    let health_schema = json!({ "type": "object", "properties": {} });
+    vec![
+        tool(
+            "find",
+            "Find",
+            "Semantic search over the caller's memories, resources and skills: a ranked list of URIs with their scores and abstracts. Expand a URI with read.",
+            find_schema,
+            true,
+        ),
+        tool(
+            "search",
+            "Search",
+            "Search with the session's context. mode='list' (default): ranked hits as find, the query refined by the session's recent turns. mode='context': one injection-ready block of memory within max_tokens (abstracts, overviews and full texts by relevance), or its digest with rewrite='auto'.",
+            search_schema,
+            false,
+        ),
+        tool(
+            "recall",
+            "Recall memories",
+            "Memory recall: context mode with the recall preset (coding quotas, query expansion, dedup over the session's last turns). Returns one bounded block of the memories relevant to the query.",
+            recall_schema,
+            false,
+        ),
+        tool(
+            "bootstrap",
+            "Session start",
+            "The session-start block in one call: how to use this memory, who the user is, what they are working on, where the last session stopped and what else is stored, within max_tokens. No search; call it once when a session starts.",
+            bootstrap_schema,
+            true,
+        ),
+        tool(
+            "read",
+            "Read",
+            "Read the full text of viking:// URIs (at most 10 per call), e.g. those find, search and recall return. Each URI gets a '=== uri ===' section.",
+            read_schema,
+            true,
+        ),
+        tool("list", "List", "List a viking:// directory: one line per entry with its abstract.", list_schema, true),
+        tool("health", "Health", "Check the server: status, version and authentication mode.", health_schema, true),
+    ]
+}
+
+/// The request a tool serves: the app, and the MCP request's parts that
+/// every REST call it makes copies.
+struct Ctx<'a> {
+    app: &'a App,
+    parts: &'a http::request::Parts,
+}
+
+impl Ctx<'_> {
+    async fn post(&self, route: Route, body: &Map<String, Value>, renames: Renames<'_>) -> Result<Answer, String> {
+        rest::call(self.app, self.parts, route, Some(body), &[], renames).await
+    }
+
+    async fn get(&self, route: Route, query: &[(&str, &str)], renames: Renames<'_>) -> Result<Answer, String> {
+        rest::call(self.app, self.parts, route, None, query, renames).await
+    }
+}
+
+/// Calls tool `name`: the text of its answer, or an `isError` result with
+/// the message of what failed, all within the MCP request's `deadline`.
+///
+/// # Errors
+/// A JSON-RPC error (invalid params) for a tool that does not exist.
+pub(crate) async fn call(
+    app: &App,
+    parts: &http::request::Parts,
+    deadline: Option<&Deadline>,
+    name: &str,
+    arguments: Option<JsonObject>,
+) -> Result<CallToolResult, ErrorData> {
+    let Some(tool) = list().iter().find(|t| t.name == name) else {
+        let names: Vec<&str> = list().iter().map(|t| t.name.as_ref()).collect();
+        return Err(ErrorData::invalid_params(format!("Unknown tool: {name}"), Some(json!({ "tools": names }))));
+    };
+    let ctx = Ctx { app, parts };
+    // Boxed: the REST handlers' futures are large.
+    let run = Box::pin(async {
+        let args = Args::parse(arguments, &tool.input_schema)?;
+        match name {
+            "find" => find(&ctx, args).await,
+            "search" => search(&ctx, &tool.input_schema, args).await,
+            "recall" => recall(&ctx, args).await,
+            "bootstrap" => bootstrap(&ctx, args).await,
+            "read" => read(&ctx, args).await,
+            "list" => list_dir(&ctx, args).await,
+            _ => health(&ctx).await,
+        }
+    });
+    let outcome = match deadline {
+        Some(deadline) => skald::api::within_deadline(deadline, async { Ok(run.await) })
+            .await
+            .unwrap_or_else(|e| Err(format!("{}: {e}", e.code()))),
+        None => run.await,
+    };
+    Ok(match outcome {
+        Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
+        Err(text) => CallToolResult::error(vec![ContentBlock::text(text)]),
+    })
+}
+
+async fn find(ctx: &Ctx<'_>, mut args: Args) -> Result<String, String> {
+    let mut body = Map::new();
+    args.pass(
+        &mut body,
+        &["query", "target_uri", "limit", "level", "context_type", "read_content", "events_time_decay_protection"],
+    );
+    body.insert("score_threshold".into(), args.take("min_score").unwrap_or(json!(LIST_MIN_SCORE)));
+    let answer = ctx.post(Route::Find, &body, &[("score_threshold", "min_score")]).await?;
+    Ok(render::find_result(&answer.result))
+}
+
+/// Whether `value` is `name`'s documented default (or empty), so that list
+/// mode may drop it: a host that fills in every default must not get a 400.
+fn is_default(schema: &JsonObject, name: &str, value: &Value) -> bool {
+    let default = schema.get("properties").and_then(|p| p.get(name)).and_then(|p| p.get("default"));
+    default == Some(value)
+        || value.as_array().is_some_and(Vec::is_empty)
+        || value.as_object().is_some_and(Map::is_empty)
+        || (name == "rewrite" && *value == Value::Bool(false))
+}
+
+async fn search(ctx: &Ctx<'_>, schema: &JsonObject, mut args: Args) -> Result<String, String> {
+    let mode = args.string("mode")?.unwrap_or_else(|| "list".to_owned());
+    let context = match mode.as_str() {
+        "list" => false,
+        "context" => true,
+        _ => return Err(invalid("mode: Input should be 'list' or 'context'")),
+    };
+    if !context {
+        // Any other value stays: REST names it in its 400.
+        for name in CONTEXT_ONLY {
+            args.drop_if(name, |value| is_default(schema, name, value));
+        }
+    }
+    let mut body = Map::new();
+    body.insert("mode".into(), json!(mode));
+    args.pass(
+        &mut body,
+        &[
+            "query",
+            "search_type",
+            "target_uri",
+            "session_id",
+            "limit",
+            "level",
+            "context_type",
+            "query_expansion",
+            "max_tokens",
+            "quotas",
+            "purpose",
+            "dedup_turns",
+            "exclude_uris",
+            "peer_scope",
+            "rewrite_max_bullets",
+            "read_content",
+            "events_time_decay_protection",
+        ],
+    );
+    let mut renames = vec![("score_threshold", "min_score")];
+    match args.take("min_score") {
+        Some(score) => {
+            body.insert("score_threshold".into(), score);
+        }
+        None if !context => {
+            body.insert("score_threshold".into(), json!(LIST_MIN_SCORE));
+        }
+        None => {}
+    }
+    match (args.take("detail"), args.take("detail_by_category")) {
+        (Some(detail), Some(_)) if detail != json!("auto") => {
+            return Err(invalid(
+                "detail_by_category: send detail (one tier for every entry) or detail_by_category (a tier per category), not both",
+            ));
+        }
+        (_, Some(by_category)) => {
+            body.insert("detail".into(), by_category);
+            renames.push(("detail", "detail_by_category"));
+        }
+        (Some(detail), None) => {
+            body.insert("detail".into(), detail);
+        }
+        (None, None) => {}
+    }
+    match (args.take("other_peer_penalty"), args.take("other_peer_penalties")) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "other_peer_penalties: send other_peer_penalty (every category) or other_peer_penalties (per category), not both",
+            ));
+        }
+        (Some(penalty), None) => {
+            body.insert("other_peer_penalty".into(), penalty);
+        }
+        (None, Some(penalties)) => {
+            body.insert("other_peer_penalty".into(), penalties);
+            renames.push(("other_peer_penalty", "other_peer_penalties"));
+        }
+        (None, None) => {}
+    }
+    if let Some(rewrite) = args.take("rewrite") {
+        // As the reference's tool: "auto" forces the digest (REST's `true`).
+        let flag = match &rewrite {
+            Value::String(s) if s == "off" => false,
+            Value::String(s) if s == "auto" => true,
+            Value::Bool(b) => *b,
+            _ => return Err(invalid("rewrite: Input should be 'off' or 'auto'")),
+        };
+        body.insert("rewrite".into(), json!(flag));
+    }
+    let answer = ctx.post(Route::Search, &body, &renames).await?;
+    Ok(if context { render::block(&answer.result, NO_MATCH) } else { render::find_result(&answer.result) })
+}
+
+async fn recall(ctx: &Ctx<'_>, mut args: Args) -> Result<String, String> {
+    let mut body = Map::new();
+    args.pass(
+        &mut body,
+        &[
+            "query",
+            "quotas",
+            "max_chars",
+            "min_score",
+            "peer_scope",
+            "other_peer_penalty",
+            "session_id",
+            "detail",
+            "max_tokens",
+        ],
+    );
+    if let Some(rewrite) = args.take("rewrite") {
+        let value = match &rewrite {
+            Value::Bool(_) => rewrite,
+            Value::String(s) if s == "off" => json!(false),
+            Value::String(s) if s == "on" => json!(true),
+            Value::String(s) if s == "auto" => rewrite,
+            _ => return Err(invalid("rewrite: Input should be a valid boolean or 'auto'")),
+        };
+        body.insert("rewrite".into(), value);
+    }
+    let answer = ctx.post(Route::Recall, &body, &[]).await?;
+    Ok(render::block(&answer.result, NO_MEMORIES))
+}
+
+async fn bootstrap(ctx: &Ctx<'_>, mut args: Args) -> Result<String, String> {
+    let mut body = Map::new();
+    args.pass(&mut body, &["session_id", "max_tokens", "since", "query"]);
+    let answer = ctx.post(Route::Bootstrap, &body, &[]).await?;
+    Ok(render::block(&answer.result, NO_BOOTSTRAP))
+}
+
+async fn read(ctx: &Ctx<'_>, mut args: Args) -> Result<String, String> {
+    let uris: Vec<String> = args
+        .string_or_list("uris")?
+        .unwrap_or_default()
+        .into_iter()
+        .map(|u| u.trim().to_owned())
+        .filter(|u| !u.is_empty())
+        .collect();
+    if uris.is_empty() {
+        return Err(invalid("uris: at least one URI is required"));
+    }
+    if uris.len() > MAX_READ_URIS {
+        return Err(invalid(&format!("uris: at most {MAX_READ_URIS} URIs per call, not {}", uris.len())));
+    }
+    let reads =
+        uris.iter().map(|uri| async move { ctx.get(Route::Read, &[("uri", uri.as_str())], &[("uri", "uris")]).await });
+    let results = futures_util::future::join_all(reads).await;
+    let failed = results.iter().filter(|r| r.is_err()).count();
+    let sections: Vec<String> = uris
+        .iter()
+        .zip(&results)
+        .map(|(uri, result)| match result {
+            Ok(answer) => render::section(uri, answer.result.as_str().unwrap_or_default()),
+            Err(error) => render::section(uri, &format!("Error: {error}")),
+        })
+        .collect();
+    let text = sections.join("\n\n");
+    if failed == uris.len() { Err(text) } else { Ok(text) }
+}
+
+async fn list_dir(ctx: &Ctx<'_>, mut args: Args) -> Result<String, String> {
+    let uri = args.string("uri")?.unwrap_or_default();
+    let recursive = args.boolean("recursive")?.unwrap_or(false);
+    let query = [("uri", uri.as_str()), ("recursive", if recursive { "true" } else { "false" }), ("output", "agent")];
+    let answer = ctx.get(Route::List, &query, &[]).await?;
+    let entries = answer.result.as_array().map(Vec::as_slice).unwrap_or_default();
+    Ok(render::listing(uri.trim(), entries, answer.truncated))
+}
+
+async fn health(ctx: &Ctx<'_>) -> Result<String, String> {
+    Ok(ctx.get(Route::Health, &[], &[]).await?.result.to_string())
+}
