@@ -799,8 +799,9 @@ pub fn extractive_summary(messages: &[StoredMessage]) -> ArchiveSummary {
     };
     let asked: Vec<String> =
         messages.iter().filter(|m| m.role == "user").map(|m| first_line(m, 200)).filter(|l| !l.is_empty()).collect();
-    let turns = asked.len();
-    let mut overview = format!("# Session Summary\n\n**Overview**: {turns} turns, {} messages\n", messages.len());
+    let plural = |n: usize, word: &str| if n == 1 { format!("1 {word}") } else { format!("{n} {word}s") };
+    let size = format!("{}, {}", plural(asked.len(), "turn"), plural(messages.len(), "message"));
+    let mut overview = format!("# Session Summary\n\n**Overview**: {size}\n");
     if !asked.is_empty() {
         overview.push_str("\n## Requests\n");
         for line in asked.iter().take(40) {
@@ -817,8 +818,8 @@ pub fn extractive_summary(messages: &[StoredMessage]) -> ArchiveSummary {
         }
     }
     let abstract_text = match asked.first() {
-        Some(first) => format!("{turns} turns, {} messages, starting with: {first}", messages.len()),
-        None => format!("{} messages", messages.len()),
+        Some(first) => format!("{size}, starting with: {first}"),
+        None => size,
     };
     ArchiveSummary { overview, abstract_text }
 }

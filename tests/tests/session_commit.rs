@@ -127,7 +127,7 @@ async fn keep_recent_count_leaves_the_newest_messages_live() {
             "trip answer 1: book the inn first."
         ]
     );
-    assert!(ctx["latest_archive_overview"].as_str().is_some_and(|o| o.contains("1 turns, 1 messages")), "{ctx}");
+    assert!(ctx["latest_archive_overview"].as_str().is_some_and(|o| o.contains("1 turn, 1 message")), "{ctx}");
 }
 
 #[tokio::test]

@@ -1,0 +1,150 @@
+//! `local_gateway`: every Skald function under one base URL on loopback, for
+//! the conformance runs of real clients (OpenViking's plugins, MCP's
+//! conformance suite, the Python MCP client) in CI.
+//!
+//! It routes as `cargo lambda watch` does — by the
+//! `[workspace.metadata.lambda.watch.router]` table of the root
+//! `Cargo.toml`, read at start — and hands each request to its function's
+//! handler through the Lambda edge (`skald_lambda::serve`, with
+//! `lambda_http` types), so only the Lambda runtime API is left out. The
+//! configuration comes from the environment as in the functions
+//! (`SKALD_CONFIG`, `SKALD_STORE`, …).
+//!
+//! ```text
+//! local_gateway [--port N]     # 0 (default): any free port
+//! ```
+//!
+//! Prints `listening on http://127.0.0.1:PORT` once bound, then serves
+//! until killed.
+
+use std::convert::Infallible;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use skald::app::App;
+use skald::config::Config;
+use skald_tests::bench_util::{Flags, fail};
+use tokio::net::TcpListener;
+
+const USAGE: &str = "local_gateway [--port N]";
+
+/// `(path pattern, function)` pairs of the watch router.
+type Router = Vec<(String, String)>;
+
+fn router() -> Router {
+    let manifest = include_str!("../../../Cargo.toml");
+    let section = manifest.lines().map(str::trim).skip_while(|l| *l != "[workspace.metadata.lambda.watch.router]");
+    section
+        .skip(1)
+        .take_while(|l| !l.starts_with('['))
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .map(|(p, f)| (p.trim().trim_matches('"').to_owned(), f.trim().trim_matches('"').to_owned()))
+        .collect()
+}
+
+/// Whether router `pattern` (`{name}` one segment, `{*name}` the rest)
+/// matches `path`.
+fn matches(pattern: &str, path: &str) -> bool {
+    let pattern: Vec<&str> = pattern.trim_matches('/').split('/').collect();
+    let path: Vec<&str> = path.trim_matches('/').split('/').collect();
+    for (i, segment) in pattern.iter().enumerate() {
+        if segment.starts_with("{*") {
+            return path.len() > i;
+        }
+        match path.get(i) {
+            Some(actual) if segment == actual || (segment.starts_with('{') && segment.ends_with('}')) => {}
+            _ => return false,
+        }
+    }
+    pattern.len() == path.len()
+}
+
+async fn dispatch(function: &str, app: Arc<App>, request: http::Request<Bytes>) -> http::Response<String> {
+    match function {
+        "find" => skald::api::find::handle(&app, request).await,
+        "search-context" => skald::api::search::handle(&app, request).await,
+        "recall-preset" => skald::api::recall::handle(&app, request).await,
+        "bootstrap" => skald::api::bootstrap::handle(&app, request).await,
+        "sessions" => skald::api::sessions::handle(&app, request).await,
+        "content" => skald::api::content::handle(&app, request).await,
+        "mcp" => skald_mcp::handle(&app, request).await,
+        other => {
+            let error = skald::api::error::ApiError::NotFound(format!("no function {other} in this gateway"));
+            skald::api::error_response(&error)
+        }
+    }
+}
+
+async fn handle(
+    app: Arc<App>,
+    router: Arc<Router>,
+    request: hyper::Request<hyper::body::Incoming>,
+) -> Result<hyper::Response<Full<Bytes>>, Infallible> {
+    let (parts, body) = request.into_parts();
+    let body = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => Bytes::new(),
+    };
+    let function = router.iter().find(|(p, _)| matches(p, parts.uri.path())).map(|(_, f)| f.clone());
+    let Some(function) = function else {
+        let mut response = hyper::Response::new(Full::new(Bytes::from_static(b"{\"message\":\"Not Found\"}")));
+        *response.status_mut() = http::StatusCode::NOT_FOUND;
+        return Ok(response);
+    };
+    let body = match String::from_utf8(body.to_vec()) {
+        Ok(text) if text.is_empty() => lambda_http::Body::Empty,
+        Ok(text) => lambda_http::Body::Text(text),
+        Err(e) => lambda_http::Body::Binary(e.into_bytes()),
+    };
+    let event = lambda_http::Request::from_parts(parts, body);
+    let handler = |app: Arc<App>, request: http::Request<Bytes>| {
+        let function = function.clone();
+        async move { dispatch(&function, app, request).await }
+    };
+    let response = skald_lambda::serve(&app, &handler, event).await;
+    let (parts, body) = response.into_parts();
+    let bytes = match body {
+        lambda_http::Body::Text(text) => Bytes::from(text),
+        lambda_http::Body::Binary(data) => Bytes::from(data),
+        _ => Bytes::new(),
+    };
+    Ok(hyper::Response::from_parts(parts, Full::new(bytes)))
+}
+
+#[tokio::main]
+async fn main() {
+    skald_lambda::init_tracing();
+    let mut flags = Flags::from_env(USAGE);
+    let mut port = 0;
+    while let Some(flag) = flags.next() {
+        match flag.as_str() {
+            "--port" => port = flags.number("--port").unwrap_or_else(|e| fail("--port", e)),
+            other => fail("arguments", flags.unknown(other)),
+        }
+    }
+    let config = Config::from_env().unwrap_or_else(|e| fail("configuration", e));
+    let app = Arc::new(App::new(config).await.unwrap_or_else(|e| fail("init", e)));
+    let router = Arc::new(router());
+    let port = u16::try_from(port).unwrap_or_else(|e| fail("--port", e));
+    let listener =
+        TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port))).await.unwrap_or_else(|e| fail("bind", e));
+    let addr = listener.local_addr().unwrap_or_else(|e| fail("bind", e));
+    #[allow(clippy::print_stdout)] // the one line scripts wait for
+    {
+        println!("listening on http://{addr}");
+    }
+    loop {
+        let Ok((stream, _)) = listener.accept().await else { continue };
+        let (app, router) = (Arc::clone(&app), Arc::clone(&router));
+        tokio::spawn(async move {
+            let service = service_fn(move |request| handle(Arc::clone(&app), Arc::clone(&router), request));
+            let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+        });
+    }
+}
