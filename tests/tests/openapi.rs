@@ -3,31 +3,47 @@
 //! two drift apart:
 //!
 //! 1. Routes: the document's `(method, path)` pairs are exactly the HTTP
-//!    API events of `infra/template.yaml` (read with a line scanner), and
-//!    the `cargo lambda watch` router of the root `Cargo.toml` serves each
-//!    of them with the function the template deploys for it.
+//!    API events of `infra/template.yaml` (read with a line scanner), the
+//!    events the template takes out of the JWT authorizer
+//!    (`Auth: Authorizer: NONE`) are exactly the operations documented with
+//!    `security: []`, and the `cargo lambda watch` router of the root
+//!    `Cargo.toml` serves each of them with the function the template
+//!    deploys for it.
 //! 2. Request fields: every body schema lists exactly the fields its parser
 //!    accepts (`FIND_FIELDS`, `SEARCH_FIELDS`, `CONTEXT_ONLY_FIELDS`,
 //!    `BOOTSTRAP_FIELDS`, `RECALL_FIELDS`, `MESSAGE_FIELDS`), and the
 //!    `x-skald-modes` of `/search`'s properties agree with those lists.
+//!    Every operation's query parameters are exactly the ones its route's
+//!    arm of `run` in `shared/src/api/content.rs` reads (read with a line
+//!    scanner; the routes of other modules read none), and the required
+//!    ones are the ones read as required.
 //! 3. Acceptance, through the real handlers: every documented property,
 //!    sent with its `example`, is accepted (no `extra_forbidden`, no
 //!    validation error at that field); on `/search` it is refused in
 //!    exactly the modes its `x-skald-modes` leaves out; documented integer
 //!    bounds, `maxItems`, `maxLength` and the defaults `stats` echoes are
-//!    the ones the parsers apply; documented headers are read.
-//! 4. Structure: every `$ref` resolves, every operation documents the error
-//!    envelope for 400, the error codes are exactly [`ApiError`]'s, every
-//!    `example` fits its schema, and real responses (including those to the
-//!    document's request examples, and the LLM stages' fields with a
-//!    scripted model) validate against the documented response schemas (a
-//!    small validator for the JSON Schema keywords the document uses;
-//!    `pattern` is not checked).
+//!    the ones the parsers apply; documented headers are read. Every
+//!    documented query parameter, sent with its `example`, is answered 200,
+//!    and a value of another type than documented is refused at
+//!    `["query", name]` (a missing required one too); its documented integer
+//!    bounds are the parser's (and so is their absence: a far value is
+//!    accepted); sending its documented default answers exactly as leaving
+//!    it out; the documented caps (`x-skald-max-bytes`, `x-skald-max-depth`,
+//!    a listing's `maxItems`, the `fs/ls` defaults) are the library's.
+//! 4. Structure: every `$ref` resolves, every operation but `/health`
+//!    (which reads nothing) documents the error envelope for 400, the error
+//!    codes are exactly [`ApiError`]'s, every `example` (of a property or a
+//!    parameter) fits its schema, and real responses (including those to
+//!    the document's request examples, the LLM stages' fields with a
+//!    scripted model, and every content and fs shape and error) validate
+//!    against the documented response schemas (a small validator for the
+//!    JSON Schema keywords the document uses; `pattern` is not checked).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use serde_json::{Map, Value, json};
+use skald::api::content::{DEFAULT_ABS_LIMIT, DEFAULT_NODE_LIMIT};
 use skald::api::error::{ApiError, FieldError};
 use skald::api::find::FIND_FIELDS;
 use skald::api::recall::RECALL_FIELDS;
@@ -35,6 +51,8 @@ use skald::api::search::{BOOTSTRAP_FIELDS, CONTEXT_ONLY_FIELDS, SEARCH_FIELDS};
 use skald::api::sessions::MESSAGE_FIELDS;
 use skald::app::App;
 use skald::config::ModelConfig;
+use skald::content::{MAX_LIST_BYTES, MAX_NODE_LIMIT, MAX_READ_BYTES, RECURSIVE_DEPTH};
+use skald::embed::hashed::HashedEmbedder;
 use skald_tests::fixture::{CONTEXT_CORPUS, Handler, Reply, TempDirs, app_with_config, app_with_corpus, call};
 use skald_tests::model_server::{ModelServer, Reply as ModelReply};
 
@@ -51,6 +69,21 @@ const SESSIONS: &str = "/api/v1/sessions";
 const SESSION_GET: &str = "/api/v1/sessions/{id}";
 const MESSAGES: &str = "/api/v1/sessions/{id}/messages";
 const BATCH: &str = "/api/v1/sessions/{id}/messages/batch";
+const HEALTH: &str = "/health";
+const STATUS: &str = "/api/v1/system/status";
+const READ: &str = "/api/v1/content/read";
+const ABSTRACT: &str = "/api/v1/content/abstract";
+const OVERVIEW: &str = "/api/v1/content/overview";
+const LS: &str = "/api/v1/fs/ls";
+const STAT: &str = "/api/v1/fs/stat";
+/// The routes of the `content` function (`skald::api::content`).
+const CONTENT_ROUTES: [&str; 7] = [HEALTH, STATUS, READ, ABSTRACT, OVERVIEW, LS, STAT];
+/// A file over the read cap in [`content_app`]'s corpus.
+const BIG_FILE: &str = "viking://resources/big/log.md";
+/// An integer far from any bound, for bounds that are not documented.
+const FAR: i64 = 1_000_000_000;
+/// An embedder dimension other than the fixture's, for an index mismatch.
+const EMBED_DIMENSION_OTHER: usize = 32;
 
 /// The batch body's fields: a literal in `skald::api::sessions` (the items
 /// are checked against `MESSAGE_FIELDS`).
@@ -97,9 +130,20 @@ impl Operation<'_> {
         format!("{} {}", self.method, self.path)
     }
 
-    /// The path with `{id}` filled in.
+    /// The path with `{id}` filled in and, for a GET route with query
+    /// parameters, the query it needs besides the parameter under test.
     fn url(&self) -> String {
-        self.path.replace("{id}", SESSION)
+        let path = self.path.replace("{id}", SESSION);
+        match base_query(&self.path) {
+            "" => path,
+            query => format!("{path}?{query}"),
+        }
+    }
+
+    /// [`Operation::url`] with `name=value` added (sent last, so it wins
+    /// over the base query's own value).
+    fn url_with(&self, name: &str, value: &str) -> String {
+        with_parameter(&self.url(), name, value)
     }
 
     fn handler(&self) -> Handler {
@@ -109,6 +153,7 @@ impl Operation<'_> {
             RECALL => Handler::Recall,
             BOOTSTRAP => Handler::Bootstrap,
             p if p == SESSIONS || p.starts_with("/api/v1/sessions/") => Handler::Sessions,
+            p if CONTENT_ROUTES.contains(&p) => Handler::Content,
             other => panic!("no handler known for documented path {other}"),
         }
     }
@@ -158,12 +203,72 @@ fn example<'a>(prop: &'a Value, what: &str) -> &'a Value {
     prop.get("example").unwrap_or_else(|| panic!("{what} has no `example`"))
 }
 
+/// The parameters of `op` documented `in` `location` (`query`, `header`,
+/// `path`), resolved.
+fn parameters<'a>(doc: &'a Value, op: &Operation<'a>, location: &str) -> Vec<&'a Value> {
+    op.op["parameters"]
+        .as_array()
+        .map(|ps| ps.iter().map(|p| resolve(doc, p)).filter(|p| p["in"] == location).collect())
+        .unwrap_or_default()
+}
+
+fn parameter_name(p: &Value) -> &str {
+    p["name"].as_str().unwrap_or_else(|| panic!("a parameter without a name: {p}"))
+}
+
+/// `url` with the query parameter `name=value` added last.
+fn with_parameter(url: &str, name: &str, value: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}{}={}", encode(name), encode(value))
+}
+
+/// A JSON value as a query string carries it (`true`, `5`, `agent`).
+fn query_text(value: &Value) -> String {
+    value.as_str().map_or_else(|| value.to_string(), str::to_owned)
+}
+
+/// `value` percent-encoded for a query string (`:`, `/` and `~` kept, as
+/// clients send URIs).
+fn encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b':' | b'/' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 // ---------------------------------------------------------------------------
 // Calling the handlers
 // ---------------------------------------------------------------------------
 
 async fn app() -> (Arc<App>, TempDirs) {
     app_with_corpus(CONTEXT_CORPUS, true).await
+}
+
+/// 3000 numbered lines of 101 bytes: over the read cap.
+static BIG_TEXT: LazyLock<String> =
+    LazyLock::new(|| (0..3000).map(|i| format!("{i:05} {}\n", "x".repeat(94))).collect());
+/// A first paragraph of 390 characters: an abstract longer than
+/// `abs_limit`'s default.
+static LONG_TEXT: LazyLock<String> = LazyLock::new(|| "A long note about nothing much. ".repeat(13));
+
+/// [`app`] with what the content routes' checks need besides
+/// [`CONTEXT_CORPUS`]: a sidecar and an abstract longer than `abs_limit`'s
+/// default directly under `viking://resources`, a tree deeper than a
+/// recursive listing goes, and a file over the read cap ([`BIG_FILE`]).
+async fn content_app() -> (Arc<App>, TempDirs) {
+    let mut files: Vec<(&str, &str)> = CONTEXT_CORPUS.to_vec();
+    files.extend([
+        ("resources/.abstract.md", "Shared resources: runbooks and notes."),
+        ("resources/long-note.md", LONG_TEXT.as_str()),
+        ("resources/deep/a/b/c/leaf.md", "# Leaf\n\nFour levels below viking://resources.\n"),
+        ("resources/big/log.md", BIG_TEXT.as_str()),
+    ]);
+    app_with_corpus(&files, true).await
 }
 
 /// What a request needs besides the property under test.
@@ -177,8 +282,37 @@ fn base_body(path: &str) -> Map<String, Value> {
     base.as_object().cloned().unwrap_or_default()
 }
 
+/// What a GET request needs besides the query parameter under test: a
+/// `uri` of the kind the route takes, in [`CONTEXT_CORPUS`] (a memory with
+/// a `MEMORY_FIELDS` trailer to read; a directory with subdirectories,
+/// files and sidecars to list).
+fn base_query(path: &str) -> &'static str {
+    match path {
+        READ => "uri=viking://~/memories/events/2025/04/02/cluster-upgrade.md",
+        ABSTRACT | OVERVIEW | STAT => "uri=viking://resources/runbooks",
+        LS => "uri=viking://resources",
+        _ => "",
+    }
+}
+
+/// Further queries a documented default is compared on (besides
+/// [`base_query`]): some defaults only show on some inputs, as a line
+/// `limit` on a file longer than it.
+fn more_base_queries(path: &str) -> Vec<String> {
+    match path {
+        READ => vec![format!("uri={BIG_FILE}")],
+        LS => vec!["uri=viking://~/memories".to_owned()],
+        _ => Vec::new(),
+    }
+}
+
 async fn send(app: &Arc<App>, op: &Operation<'_>, body: Option<&Value>, headers: &[(&str, &str)]) -> Reply {
     call(app, op.handler(), &op.method, &op.url(), headers, body).await
+}
+
+/// `op`'s method, without a body, on `url` (a path and query).
+async fn send_to(app: &Arc<App>, op: &Operation<'_>, url: &str, headers: &[(&str, &str)]) -> Reply {
+    call(app, op.handler(), &op.method, url, headers, None).await
 }
 
 /// The validation errors whose `loc` names body field `field`.
@@ -188,6 +322,16 @@ fn errors_at<'a>(reply: &'a Reply, field: &str) -> Vec<&'a Value> {
         .pointer("/error/details/validation_errors")
         .and_then(Value::as_array)
         .map(|errors| errors.iter().filter(|e| e["loc"].get(1).and_then(Value::as_str) == Some(field)).collect())
+        .unwrap_or_default()
+}
+
+/// The validation errors at query parameter `name` (`loc` `["query", name]`).
+fn query_errors_at<'a>(reply: &'a Reply, name: &str) -> Vec<&'a Value> {
+    reply
+        .json
+        .pointer("/error/details/validation_errors")
+        .and_then(Value::as_array)
+        .map(|errors| errors.iter().filter(|e| e["loc"] == json!(["query", name])).collect())
         .unwrap_or_default()
 }
 
@@ -340,6 +484,34 @@ fn template_routes() -> Vec<(String, String, String)> {
     routes
 }
 
+/// `(method, path)` of the HTTP API events the template takes out of the
+/// API's default JWT authorizer (`Auth: Authorizer: NONE` in the event).
+fn template_open_routes() -> BTreeSet<(String, String)> {
+    let mut open = BTreeSet::new();
+    // The event being read: (method, path, whether its authorizer is NONE).
+    let mut event: Option<(Option<String>, Option<String>, bool)> = None;
+    let template = repo_file("infra/template.yaml");
+    // Every event starts at its `Type:` line and ends at the next one.
+    for line in template.lines().map(str::trim).chain(["Type: (end)"]) {
+        let value = |key: &str| line.strip_prefix(key).map(|v| v.trim().trim_matches('"').to_owned());
+        if let Some(kind) = value("Type:") {
+            if let Some((Some(method), Some(path), true)) = event.take() {
+                open.insert((method, path));
+            }
+            event = (kind == "HttpApi").then_some((None, None, false));
+        } else if let Some((method, path, none)) = event.as_mut() {
+            if let Some(m) = value("Method:") {
+                *method = Some(m.to_uppercase());
+            } else if let Some(p) = value("Path:") {
+                *path = Some(p);
+            } else if let Some(authorizer) = value("Authorizer:") {
+                *none = authorizer == "NONE";
+            }
+        }
+    }
+    open
+}
+
 /// `(path pattern, function)` of `[workspace.metadata.lambda.watch.router]`.
 fn watch_router() -> Vec<(String, String)> {
     let manifest = repo_file("Cargo.toml");
@@ -387,8 +559,21 @@ fn routes_are_the_templates_and_the_watch_routers() {
         "routes differ: only in infra/openapi.json {only_doc:?}; only in infra/template.yaml {only_template:?}"
     );
 
-    let router = watch_router();
     let mut failures = Vec::new();
+    // Only the routes the template takes out of the authorizer are
+    // documented as needing no token.
+    let open = template_open_routes();
+    for op in operations(&doc) {
+        let documented_open = op.op.get("security").and_then(Value::as_array).is_some_and(Vec::is_empty);
+        let deployed_open = open.contains(&(op.method.clone(), op.path.clone()));
+        if documented_open != deployed_open {
+            let documented = if documented_open { "without a token (`security: []`)" } else { "behind the JWT" };
+            let deployed = if deployed_open { "takes it out of the authorizer" } else { "keeps the JWT authorizer" };
+            failures.push(format!("{}: documented {documented}, but the template {deployed}", op.name()));
+        }
+    }
+
+    let router = watch_router();
     for (method, path, binary) in &template {
         let serving: Vec<&String> = router.iter().filter(|(p, _)| router_serves(p, path)).map(|(_, f)| f).collect();
         if serving.is_empty() {
@@ -477,6 +662,138 @@ fn request_bodies_list_exactly_the_accepted_fields() {
         if documented != want {
             failures
                 .push(format!("POST {SEARCH}: {field} has x-skald-modes {documented:?}, the field lists say {want:?}"));
+        }
+    }
+    assert_none(&failures);
+}
+
+/// What the content routes read from the query, by path: `(name, reader)`
+/// pairs (`reader` as in `query.int("limit", …)`), from
+/// `shared/src/api/content.rs` read with a line scanner. `fn route` maps
+/// paths to `Route` variants (`"/api/v1/fs/ls" => Route::Ls,`); each arm of
+/// `fn run` (`Route::A | Route::B => {`) reads what it names as
+/// `query.<reader>("<name>"`, also through the helpers it hands the query
+/// (`uri_param(&mut query)`, which reads `required("uri")`).
+fn content_query_reads() -> BTreeMap<String, BTreeSet<(String, String)>> {
+    let source = repo_file("shared/src/api/content.rs");
+    let mut paths: Vec<(String, String)> = Vec::new();
+    // Per function, or per route variant inside `run`: what it reads and
+    // which helpers it hands `&mut query`.
+    let mut reads: BTreeMap<String, BTreeSet<(String, String)>> = BTreeMap::new();
+    let mut helpers: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let (mut function, mut arm) = (String::new(), Vec::<String>::new());
+    let mut arms = BTreeSet::new();
+    for line in source.lines().map(str::trim) {
+        if let Some(name) = fn_name(line) {
+            (function, arm) = (name.to_owned(), Vec::new());
+        }
+        if function == "route"
+            && let Some((path, variant)) = line.strip_prefix('"').and_then(|l| l.split_once("\" => Route::"))
+        {
+            paths.push((path.to_owned(), variant.trim_end_matches(',').to_owned()));
+        }
+        if function == "run"
+            && line.starts_with("Route::")
+            && let Some((variants, _)) = line.split_once("=>")
+        {
+            arm = variants.split('|').map(|v| v.trim().trim_start_matches("Route::").to_owned()).collect();
+            arms.extend(arm.iter().cloned());
+        }
+        let owners = if arm.is_empty() { vec![function.clone()] } else { arm.clone() };
+        for read in query_reads(line) {
+            for owner in &owners {
+                reads.entry(owner.clone()).or_default().insert(read.clone());
+            }
+        }
+        let pieces: Vec<&str> = line.split("(&mut query").collect();
+        for helper in pieces[..pieces.len() - 1].iter().filter_map(|piece| last_identifier(piece)) {
+            for owner in &owners {
+                helpers.entry(owner.clone()).or_default().insert(helper.to_owned());
+            }
+        }
+    }
+    assert!(!paths.is_empty(), "shared/src/api/content.rs: no `\"<path>\" => Route::<variant>,` lines in fn route");
+    let mut out = BTreeMap::new();
+    for (path, variant) in paths {
+        assert!(
+            arms.contains(&variant),
+            "shared/src/api/content.rs: no arm `Route::{variant} =>` in fn run; update this scanner"
+        );
+        let mut read = reads.get(&variant).cloned().unwrap_or_default();
+        let mut pending: Vec<String> = helpers.get(&variant).into_iter().flatten().cloned().collect();
+        let mut seen = BTreeSet::new();
+        while let Some(helper) = pending.pop() {
+            if seen.insert(helper.clone()) {
+                read.extend(reads.get(&helper).into_iter().flatten().cloned());
+                pending.extend(helpers.get(&helper).into_iter().flatten().cloned());
+            }
+        }
+        out.insert(path, read);
+    }
+    out
+}
+
+/// The function a line declares (`fn name(`, `pub async fn name<`), if any.
+fn fn_name(line: &str) -> Option<&str> {
+    let rest = line.trim_start_matches("pub ").trim_start_matches("pub(crate) ").trim_start_matches("async ");
+    let rest = rest.strip_prefix("fn ")?;
+    rest.split(['(', '<']).next().filter(|n| !n.is_empty())
+}
+
+/// The identifier `text` ends with, if any.
+fn last_identifier(text: &str) -> Option<&str> {
+    let start = text.rfind(|c: char| !(c.is_alphanumeric() || c == '_')).map_or(0, |i| i + 1);
+    Some(&text[start..]).filter(|n| !n.is_empty())
+}
+
+/// The `query.<reader>("<name>"` calls on a line, as `(name, reader)`.
+fn query_reads(line: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (at, _) in line.match_indices("query.") {
+        if line[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '.') {
+            continue;
+        }
+        let rest = &line[at + "query.".len()..];
+        let Some((reader, rest)) = rest.split_once("(\"") else { continue };
+        if reader.is_empty() || !reader.chars().all(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        if let Some((name, _)) = rest.split_once('"') {
+            out.push((name.to_owned(), reader.to_owned()));
+        }
+    }
+    out
+}
+
+#[test]
+fn query_parameters_are_exactly_the_parsers() {
+    let doc = doc();
+    let code = content_query_reads();
+    let ops = operations(&doc);
+    let mut failures = Vec::new();
+    for op in &ops {
+        let documented = parameters(&doc, op, "query");
+        let names: BTreeSet<String> = documented.iter().map(|p| parameter_name(p).to_owned()).collect();
+        // Routes outside `skald::api::content` read no query.
+        let read = code.get(&op.path).cloned().unwrap_or_default();
+        let (only_doc, only_code) = difference(&names, &read.iter().map(|(name, _)| name.clone()).collect());
+        if !only_doc.is_empty() {
+            failures.push(format!("{}: documented query parameters the route never reads: {only_doc:?}", op.name()));
+        }
+        if !only_code.is_empty() {
+            failures.push(format!("{}: query parameters read but not documented: {only_code:?}", op.name()));
+        }
+        for p in &documented {
+            let name = parameter_name(p);
+            let required = read.iter().any(|(n, reader)| n == name && reader == "required");
+            if p.get("required").and_then(Value::as_bool).unwrap_or(false) != required {
+                failures.push(format!("{}: query parameter {name}: `required` must be {required}", op.name()));
+            }
+        }
+    }
+    for path in code.keys() {
+        if !ops.iter().any(|o| o.path == *path) {
+            failures.push(format!("{path}: served by skald::api::content but not documented"));
         }
     }
     assert_none(&failures);
@@ -645,10 +962,7 @@ async fn documented_headers_are_read() {
     assert_eq!(created.status, 200, "{}", created.text);
     let mut failures = Vec::new();
     for op in operations(&doc) {
-        let params: Vec<&Value> = op.op["parameters"]
-            .as_array()
-            .map(|ps| ps.iter().map(|p| resolve(&doc, p)).filter(|p| p["in"] == "header").collect())
-            .unwrap_or_default();
+        let params = parameters(&doc, &op, "header");
         let documents =
             |name: &str| params.iter().any(|p| p["name"].as_str().is_some_and(|n| n.eq_ignore_ascii_case(name)));
         if search_routes.contains(&op.path.as_str()) && !documents("X-Client-Timeout-Ms") {
@@ -672,6 +986,231 @@ async fn documented_headers_are_read() {
                 failures.push(format!("{}: header {name}: {bad} is not refused naming it: {}", op.name(), reply.text));
             }
         }
+    }
+    assert_none(&failures);
+}
+
+/// A value of another type than `schema` documents, and the error type the
+/// parser must answer it with.
+fn wrong_value(schema: &Value) -> (&'static str, &'static str) {
+    if schema.get("enum").is_some() {
+        ("not-an-option", "literal_error")
+    } else if types(schema).contains(&"integer") {
+        ("x", "int_parsing")
+    } else if types(schema).contains(&"boolean") {
+        ("maybe", "bool_parsing")
+    } else {
+        // The only string parameter is a URI.
+        ("../x", "value_error")
+    }
+}
+
+#[tokio::test]
+async fn every_documented_query_parameter_is_read() {
+    let doc = doc();
+    let (app, _dirs) = content_app().await;
+    let mut failures = Vec::new();
+    for op in operations(&doc) {
+        for p in parameters(&doc, &op, "query") {
+            let name = parameter_name(p);
+            let what = format!("{} query parameter {name}", op.name());
+            let value = query_text(example(p, &what));
+            let reply = send_to(&app, &op, &op.url_with(name, &value), &[]).await;
+            if reply.status != 200 {
+                failures.push(format!("{what}: its example {name}={value} answered {}", reply.text));
+            }
+            let (bad, kind) = wrong_value(&p["schema"]);
+            let reply = send_to(&app, &op, &op.url_with(name, bad), &[]).await;
+            let errors = query_errors_at(&reply, name);
+            if reply.status != 400 || !errors.iter().any(|e| e["type"] == kind) {
+                failures.push(format!("{what}: {name}={bad} is not refused with {kind} at it: {}", reply.text));
+            }
+            // An `enum` is exactly the options the parser names when it refuses one.
+            if let Some(options) = p["schema"].get("enum").and_then(Value::as_array) {
+                let documented: BTreeSet<String> = options.iter().map(query_text).collect();
+                let named: BTreeSet<String> = errors
+                    .iter()
+                    .filter_map(|e| e["message"].as_str())
+                    .flat_map(|m| m.split('\'').skip(1).step_by(2).map(str::to_owned))
+                    .collect();
+                if named != documented {
+                    failures.push(format!("{what}: documented options {documented:?}, the parser's {named:?}"));
+                }
+            }
+            if p.get("required").and_then(Value::as_bool) == Some(true) {
+                let reply = send_to(&app, &op, &op.path, &[]).await;
+                if reply.status != 400 || !query_errors_at(&reply, name).iter().any(|e| e["type"] == "missing") {
+                    failures
+                        .push(format!("{what}: documented as required, but leaving it out answered {}", reply.text));
+                }
+            }
+        }
+    }
+    assert_none(&failures);
+}
+
+#[tokio::test]
+async fn documented_query_bounds_and_defaults_are_the_parsers() {
+    let doc = doc();
+    let (app, _dirs) = content_app().await;
+    let mut failures = Vec::new();
+    for op in operations(&doc) {
+        for p in parameters(&doc, &op, "query") {
+            let (name, schema) = (parameter_name(p), &p["schema"]);
+            // (value, accepted, expected error type when refused); without a
+            // documented bound, a far value must be accepted.
+            let mut probes: Vec<(i64, bool, &str)> = Vec::new();
+            if types(schema).contains(&"integer") {
+                match schema.get("minimum").and_then(Value::as_i64) {
+                    Some(min) => probes.extend([(min, true, ""), (min - 1, false, "greater_than_equal")]),
+                    None => probes.push((-FAR, true, "")),
+                }
+                match schema.get("maximum").and_then(Value::as_i64) {
+                    Some(max) => probes.extend([(max, true, ""), (max + 1, false, "less_than_equal")]),
+                    None => probes.push((FAR, true, "")),
+                }
+            }
+            for (value, accepted, kind) in probes {
+                let reply = send_to(&app, &op, &op.url_with(name, &value.to_string()), &[]).await;
+                let errors = query_errors_at(&reply, name);
+                if accepted && (reply.status != 200 || !errors.is_empty()) {
+                    failures.push(format!(
+                        "{} {name}={value}: within the documented bounds, but answered {}",
+                        op.name(),
+                        reply.text
+                    ));
+                }
+                if !accepted && !errors.iter().any(|e| e["type"] == kind) {
+                    failures.push(format!(
+                        "{} {name}={value}: past the documented bound but not refused with {kind}: {}",
+                        op.name(),
+                        reply.text
+                    ));
+                }
+            }
+            // Sending the documented default answers exactly as leaving it out.
+            let Some(default) = schema.get("default").map(query_text) else { continue };
+            let more = more_base_queries(&op.path).into_iter().map(|query| format!("{}?{query}", op.path));
+            for base in std::iter::once(op.url()).chain(more) {
+                let without = send_to(&app, &op, &base, &[]).await;
+                let with = send_to(&app, &op, &with_parameter(&base, name, &default), &[]).await;
+                if (without.status, &without.json) != (with.status, &with.json) {
+                    failures.push(format!(
+                        "{} {name}: the documented default {default} answers otherwise than leaving it out ({base}):\n  {}\n  {}",
+                        op.name(),
+                        with.text.chars().take(300).collect::<String>(),
+                        without.text.chars().take(300).collect::<String>()
+                    ));
+                }
+            }
+        }
+    }
+    assert_none(&failures);
+}
+
+/// The documented query parameter `name` of `GET path`.
+fn query_parameter<'a>(doc: &'a Value, path: &str, name: &str) -> &'a Value {
+    let ops = operations(doc);
+    let op = ops.iter().find(|o| o.method == "GET" && o.path == path).unwrap_or_else(|| panic!("GET {path}"));
+    parameters(doc, op, "query")
+        .into_iter()
+        .find(|p| parameter_name(p) == name)
+        .unwrap_or_else(|| panic!("GET {path}: no query parameter {name}"))
+}
+
+#[tokio::test]
+async fn documented_caps_are_the_librarys() {
+    let doc = doc();
+    let schemas = &doc["components"]["schemas"];
+    let documented = |value: Option<&Value>| value.and_then(Value::as_u64);
+    let read_cap = schemas.pointer("/ReadResponse/properties/result/x-skald-max-bytes");
+    let ls_result = schemas.pointer("/LsResponse/properties/result");
+    let ls = |name: &str, key: &str| query_parameter(&doc, LS, name)["schema"].get(key).cloned();
+    let as_u64 = |n: usize| n as u64;
+    let checks: Vec<(&str, Option<u64>, u64)> = vec![
+        ("ReadResponse.result x-skald-max-bytes (MAX_READ_BYTES)", documented(read_cap), as_u64(MAX_READ_BYTES)),
+        (
+            "LsResponse.result x-skald-max-bytes (MAX_LIST_BYTES)",
+            documented(ls_result.and_then(|r| r.get("x-skald-max-bytes"))),
+            as_u64(MAX_LIST_BYTES),
+        ),
+        (
+            "LsResponse.result maxItems (MAX_NODE_LIMIT)",
+            documented(ls_result.and_then(|r| r.get("maxItems"))),
+            as_u64(MAX_NODE_LIMIT),
+        ),
+        (
+            "ls node_limit maximum (MAX_NODE_LIMIT)",
+            documented(ls("node_limit", "maximum").as_ref()),
+            as_u64(MAX_NODE_LIMIT),
+        ),
+        ("ls limit maximum (MAX_NODE_LIMIT)", documented(ls("limit", "maximum").as_ref()), as_u64(MAX_NODE_LIMIT)),
+        (
+            "ls node_limit default (DEFAULT_NODE_LIMIT)",
+            documented(ls("node_limit", "default").as_ref()),
+            DEFAULT_NODE_LIMIT.unsigned_abs(),
+        ),
+        (
+            "ls abs_limit default (DEFAULT_ABS_LIMIT)",
+            documented(ls("abs_limit", "default").as_ref()),
+            DEFAULT_ABS_LIMIT.unsigned_abs(),
+        ),
+        (
+            "ls recursive x-skald-max-depth (RECURSIVE_DEPTH)",
+            documented(ls("recursive", "x-skald-max-depth").as_ref()),
+            as_u64(RECURSIVE_DEPTH),
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (what, documented, code) in checks {
+        if documented != Some(code) {
+            failures.push(format!("{what}: documented {documented:?}, the library's is {code}"));
+        }
+    }
+
+    // A read over the cap: cut at it, marked, and continued where the marker says.
+    let (app, _dirs) = content_app().await;
+    let cap = documented(read_cap).unwrap_or_default();
+    let read = |query: String| {
+        let app = Arc::clone(&app);
+        async move { call(&app, Handler::Content, "GET", &format!("{READ}?{query}"), &[], None).await }
+    };
+    let reply = read(format!("uri={BIG_FILE}")).await;
+    let text = reply.json["result"].as_str().unwrap_or_default();
+    let (body, marker) = text.trim_end_matches('\n').rsplit_once('\n').unwrap_or_default();
+    if reply.json["truncated"] != true || body.len() as u64 + 1 > cap {
+        failures.push(format!(
+            "GET {READ}: a read over the cap: truncated {}, {} bytes",
+            reply.json["truncated"],
+            body.len()
+        ));
+    }
+    if !marker.starts_with("[truncated: lines 1-") || !marker.contains(&format!("at most {cap} bytes per read")) {
+        failures.push(format!("GET {READ}: the closing line {marker:?} does not name the documented cap {cap}"));
+    }
+    let next = marker.rsplit_once("offset=").map(|(_, n)| n.trim_end_matches(']')).unwrap_or_default();
+    let rest = read(format!("uri={BIG_FILE}&offset={next}")).await;
+    let first = rest.json["result"].as_str().unwrap_or_default().lines().next().unwrap_or_default();
+    if !first.starts_with(&format!("{:0>5} ", next)) || rest.json.get("truncated").is_some() {
+        failures.push(format!("GET {READ}: reading on at offset={next} starts with {first:?}"));
+    }
+
+    // A recursive listing goes the documented depth and says it was cut.
+    let depth = documented(ls("recursive", "x-skald-max-depth").as_ref()).unwrap_or_default();
+    let reply =
+        call(&app, Handler::Content, "GET", &format!("{LS}?uri=viking://resources&recursive=true"), &[], None).await;
+    let deepest = reply.json["result"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["rel_path"].as_str())
+        .map(|r| r.split('/').count() as u64)
+        .max();
+    if deepest != Some(depth) || reply.json["truncated"] != true {
+        failures.push(format!(
+            "GET {LS}: a recursive listing of a deeper tree reaches depth {deepest:?} (documented {depth}), truncated {}",
+            reply.json["truncated"]
+        ));
     }
     assert_none(&failures);
 }
@@ -773,7 +1312,8 @@ fn refs_resolve_and_errors_are_the_envelope() {
     }
     for op in operations(&doc) {
         let responses = op.op["responses"].as_object().unwrap_or_else(|| panic!("{}: no responses", op.name()));
-        if !responses.contains_key("400") {
+        // `/health` reads nothing it could refuse.
+        if !responses.contains_key("400") && op.path != HEALTH {
             failures.push(format!("{}: no 400 response", op.name()));
         }
         for (status, response) in responses {
@@ -807,6 +1347,14 @@ fn every_example_fits_its_schema() {
         }
     }
     for op in operations(&doc) {
+        for location in ["path", "query", "header"] {
+            for p in parameters(&doc, &op, location) {
+                if let Some(example) = p.get("example") {
+                    let what = format!("{} {location} parameter {} example", op.name(), parameter_name(p));
+                    failures.extend(fits(&doc, &p["schema"], example, &what));
+                }
+            }
+        }
         let Some(content) = op.op.pointer("/requestBody/content/application~1json") else { continue };
         for (label, example) in content.get("examples").and_then(Value::as_object).into_iter().flatten() {
             failures.extend(fits(
@@ -966,5 +1514,133 @@ async fn llm_stage_responses_fit_their_schemas() {
         "no stage errors to check: {}",
         reply.text
     );
+    assert_none(&failures);
+}
+
+/// A request to a content route: method, route, query, headers, and the
+/// status it must get.
+type ContentProbe<'a> = (&'a str, &'a str, String, &'a [(&'a str, &'a str)], u16);
+
+#[tokio::test]
+async fn content_responses_fit_their_schemas() {
+    let doc = doc();
+    let (app, dirs) = content_app().await;
+    let ops = operations(&doc);
+    let op =
+        |path: &str| ops.iter().find(|o| o.method == "GET" && o.path == path).unwrap_or_else(|| panic!("GET {path}"));
+    let mut failures = Vec::new();
+    let bob = "viking://user/bob/memories/events/2025/04/02/bob-upgrade.md";
+    let probes: Vec<ContentProbe<'_>> = vec![
+        ("GET", HEALTH, String::new(), &[], 200),
+        ("DELETE", HEALTH, String::new(), &[], 405),
+        ("GET", STATUS, String::new(), &[], 200),
+        ("GET", STATUS, String::new(), &[("X-OpenViking-User", "../x")], 400),
+        ("POST", STATUS, String::new(), &[], 405),
+        ("GET", READ, base_query(READ).to_owned(), &[], 200),
+        ("GET", READ, format!("{}&raw=true&offset=-2&limit=1", base_query(READ)), &[], 200),
+        ("GET", READ, format!("uri={BIG_FILE}"), &[], 200),
+        ("GET", READ, format!("uri={BIG_FILE}&offset=10&limit=0"), &[], 200),
+        ("GET", READ, "uri=viking://resources/runbooks".to_owned(), &[], 400),
+        ("GET", READ, format!("uri={BIG_FILE}&offset=x&limit=1.5"), &[], 400),
+        ("GET", READ, "uri=viking://~/memories/nothing.md".to_owned(), &[], 404),
+        ("GET", READ, format!("uri={bob}"), &[], 403),
+        (
+            "GET",
+            READ,
+            "uri=viking://~/peers/p1/memories/events/2025/06/11/staging-upgrade.md".to_owned(),
+            &[("X-OpenViking-Actor-Peer", "p2")],
+            403,
+        ),
+        ("POST", READ, base_query(READ).to_owned(), &[], 405),
+        ("GET", ABSTRACT, "uri=viking://resources/runbooks".to_owned(), &[], 200),
+        ("GET", ABSTRACT, "uri=viking://resources/notes".to_owned(), &[], 200),
+        ("GET", ABSTRACT, "uri=viking://~/memories/experiences/upgrade-lessons.md".to_owned(), &[], 200),
+        ("GET", ABSTRACT, "uri=viking://resources/nothing".to_owned(), &[], 404),
+        ("GET", ABSTRACT, "uri=viking://agent/private".to_owned(), &[], 403),
+        ("GET", ABSTRACT, "uri=viking://resources/a/../b".to_owned(), &[], 400),
+        ("PUT", ABSTRACT, base_query(ABSTRACT).to_owned(), &[], 405),
+        ("GET", OVERVIEW, "uri=viking://resources/runbooks".to_owned(), &[], 200),
+        ("GET", OVERVIEW, "uri=viking://resources/notes".to_owned(), &[], 200),
+        ("GET", OVERVIEW, "uri=viking://resources/runbooks/cluster-upgrade.md".to_owned(), &[], 200),
+        ("GET", OVERVIEW, String::new(), &[], 400),
+        ("GET", OVERVIEW, "uri=viking://~/memories/nothing".to_owned(), &[], 404),
+        ("GET", OVERVIEW, "uri=viking://user/bob/memories".to_owned(), &[], 403),
+        ("POST", OVERVIEW, base_query(OVERVIEW).to_owned(), &[], 405),
+        ("GET", LS, "uri=viking://".to_owned(), &[], 200),
+        ("GET", LS, base_query(LS).to_owned(), &[], 200),
+        ("GET", LS, "uri=viking://~/memories&recursive=true&abs_limit=20".to_owned(), &[], 200),
+        ("GET", LS, "uri=viking://resources&output=original".to_owned(), &[], 200),
+        ("GET", LS, "uri=viking://resources&output=original&recursive=true&show_all_hidden=true".to_owned(), &[], 200),
+        ("GET", LS, "uri=viking://resources&simple=true&recursive=true".to_owned(), &[], 200),
+        ("GET", LS, "uri=viking://resources&node_limit=2".to_owned(), &[], 200),
+        ("GET", LS, "uri=viking://resources&limit=0".to_owned(), &[], 200),
+        ("GET", LS, "uri=viking://~/peers".to_owned(), &[("X-OpenViking-Actor-Peer", "p1")], 200),
+        ("GET", LS, "uri=viking://resources/runbooks/cluster-upgrade.md".to_owned(), &[], 400),
+        ("GET", LS, "uri=viking://resources&node_limit=10001&output=tree".to_owned(), &[], 400),
+        ("GET", LS, "uri=viking://resources/nothing".to_owned(), &[], 404),
+        ("GET", LS, "uri=viking://user/bob".to_owned(), &[], 403),
+        ("DELETE", LS, base_query(LS).to_owned(), &[], 405),
+        ("GET", STAT, "uri=viking://".to_owned(), &[], 200),
+        ("GET", STAT, "uri=viking://resources/runbooks".to_owned(), &[], 200),
+        ("GET", STAT, format!("uri={BIG_FILE}"), &[], 200),
+        ("GET", STAT, "uri=viking://~/memories/nothing.md".to_owned(), &[], 404),
+        ("GET", STAT, format!("uri={bob}"), &[], 403),
+        ("GET", STAT, "uri=viking%3A%2F%2Fresources%2Fa%252Fb".to_owned(), &[], 400),
+        ("POST", STAT, base_query(STAT).to_owned(), &[], 405),
+    ];
+    let mut seen = BTreeMap::<&str, BTreeSet<u16>>::new();
+    let mut replies = BTreeMap::<String, Reply>::new();
+    for (method, path, query, headers, want) in probes {
+        let target = if query.is_empty() { path.to_owned() } else { format!("{path}?{query}") };
+        let reply = call(&app, Handler::Content, method, &target, headers, None).await;
+        verify(&doc, &mut failures, op(path), &format!("{method} {target}"), &reply, want);
+        seen.entry(path).or_default().insert(reply.status);
+        replies.insert(format!("{method} {target}"), reply);
+    }
+    // What the schemas leave optional did occur, so it was checked.
+    let reply = |key: &str| replies.get(key).unwrap_or_else(|| panic!("no probe {key}"));
+    let health = reply("GET /health");
+    assert_eq!(health.json["version"], doc["info"]["version"], "GET /health: version is not info.version");
+    let big = reply(&format!("GET {READ}?uri={BIG_FILE}"));
+    assert_eq!(big.json["truncated"], true, "a read over the cap is not flagged: {}", &big.text[..200]);
+    let cut = reply(&format!("GET {LS}?uri=viking://resources&node_limit=2"));
+    assert_eq!(cut.json["truncated"], true, "a cut listing is not flagged: {}", cut.text);
+    let listed = reply(&format!("GET {LS}?{}", base_query(LS)));
+    assert!(listed.text.contains("\"modTime\""), "no agent entry with a modTime to check: {}", listed.text);
+
+    // Without identity under the authorizer: 401, but /health still answers.
+    let (strict, _strict_dirs) = app_with_corpus(CONTEXT_CORPUS, false).await;
+    for path in CONTENT_ROUTES {
+        let want = if path == HEALTH { 200 } else { 401 };
+        let reply = call(&strict, Handler::Content, "GET", &op(path).url(), &[], None).await;
+        verify(&doc, &mut failures, op(path), "identity mode authorizer, no claims", &reply, want);
+        seen.entry(path).or_default().insert(reply.status);
+    }
+    // An index built by another embedder: agent entries cannot be served.
+    let other = Arc::new(App::with_parts(
+        app.config.clone(),
+        Arc::clone(&app.store),
+        Arc::new(HashedEmbedder::new(EMBED_DIMENSION_OTHER)),
+    ));
+    let reply = call(&other, Handler::Content, "GET", &op(LS).url(), &[], None).await;
+    verify(&doc, &mut failures, op(LS), "another embedder's index", &reply, 503);
+    seen.entry(LS).or_default().insert(reply.status);
+    drop(dirs);
+
+    // Every documented status but the ones no probe can reach (413: a GET
+    // body over the limit; 500: a corrupt index; 503 of the store or the
+    // deadline) was seen.
+    for path in CONTENT_ROUTES {
+        let documented: BTreeSet<u16> =
+            op(path).op["responses"].as_object().into_iter().flatten().filter_map(|(s, _)| s.parse().ok()).collect();
+        let unseen: Vec<u16> = documented
+            .iter()
+            .copied()
+            .filter(|s| !seen.get(path).is_some_and(|seen| seen.contains(s)) && ![413, 500, 503].contains(s))
+            .collect();
+        if !unseen.is_empty() {
+            failures.push(format!("GET {path}: no probe answered documented statuses {unseen:?}"));
+        }
+    }
     assert_none(&failures);
 }
