@@ -211,3 +211,28 @@ impl ServerHandler for Server {
         Ok(result.into())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_host_and_loopback_or_listed_origins() {
+        let config = config(" https://app.example.com:443 ,, https://other.example:* ");
+        assert!(config.allowed_hosts.is_empty(), "the Host check is off: {:?}", config.allowed_hosts);
+        assert_eq!(config.allowed_origins.len(), LOOPBACK_ORIGINS.len() + 2);
+        assert!(config.allowed_origins.iter().any(|o| o == "http://localhost:*"));
+        assert!(
+            config.allowed_origins.ends_with(&["https://app.example.com:443".into(), "https://other.example:*".into()])
+        );
+        assert!(!config.legacy_session_mode && config.json_response && config.sse_keep_alive.is_none());
+        assert!(config.sse_retry.is_none());
+    }
+
+    #[test]
+    fn the_three_revisions_are_served() {
+        let served = Server.supported_protocol_versions();
+        let versions: Vec<&str> = served.iter().map(ProtocolVersion::as_str).collect();
+        assert_eq!(versions, ["2025-06-18", "2025-11-25", "2026-07-28"]);
+    }
+}
