@@ -324,7 +324,7 @@ impl<'a> Content<'a> {
         for depth in 0.. {
             let listed: Vec<_> = stream::iter(level.iter().cloned())
                 .map(|(dir, rel)| async move {
-                    let found = self.store.list_dir(&self.key(&dir), limit + 1).await;
+                    let found = self.children(&dir, limit, options.show_hidden).await;
                     (dir, rel, found)
                 })
                 .buffered(LIST_CONCURRENCY)
@@ -334,7 +334,7 @@ impl<'a> Content<'a> {
             for (dir, rel, found) in listed {
                 let found = found?;
                 listing.truncated |= found.truncated;
-                if depth == 0 && found.files.is_empty() && found.dirs.is_empty() && !dir.path().is_empty() {
+                if depth == 0 && found.empty && !dir.path().is_empty() {
                     return Err(match self.store.head(&self.key(&dir)).await {
                         Ok(_) => ContentError::NotDirectory(dir),
                         Err(StoreError::NotFound(_) | StoreError::InvalidKey(_)) => {
@@ -343,17 +343,7 @@ impl<'a> Content<'a> {
                         Err(e) => e.into(),
                     });
                 }
-                let dirs = found.dirs.into_iter().map(|name| (name, 0, true));
-                let files = found.files.into_iter().filter_map(|meta| {
-                    let name = meta.key.rsplit('/').next()?.to_owned();
-                    Some((name, meta.size, false))
-                });
-                for (name, size, is_dir) in dirs.chain(files) {
-                    let hidden = name.starts_with('.') && !options.show_hidden;
-                    let Ok(child) = dir.join(&name) else { continue };
-                    if hidden || !self.visible(&child) || (dir.path().is_empty() && !ROOT_SCOPES.contains(&&*name)) {
-                        continue;
-                    }
+                for Child { uri: child, name, size, is_dir } in found.children {
                     if listing.entries.len() >= limit {
                         listing.truncated = true;
                         break;
@@ -384,8 +374,87 @@ impl<'a> Content<'a> {
     }
 }
 
-/// The names listed at the account root, as the reference.
-const ROOT_SCOPES: [&str; 3] = ["agent", "resources", "user"];
+/// One entry below a listed directory, before it is shaped.
+struct Child {
+    uri: VikingUri,
+    name: String,
+    size: u64,
+    is_dir: bool,
+}
+
+/// The entries below one directory that the caller may see.
+struct Children {
+    /// Directories first, then files, each in name order; at most the
+    /// number asked for.
+    children: Vec<Child>,
+    /// Whether more visible entries exist (or the scan stopped at
+    /// [`MAX_SCAN`]).
+    truncated: bool,
+    /// Whether the store holds nothing at all below the directory.
+    empty: bool,
+}
+
+/// The most entries one directory's listing scans for visible ones
+/// (hidden files and other peers' trees are scanned past).
+pub const MAX_SCAN: usize = 100_000;
+
+impl Content<'_> {
+    /// At most `want` entries below `dir` that the caller may see. Above
+    /// the visible roots (`viking://`, `viking://user`, `viking://agent`)
+    /// they are the next segments of those roots that exist — another
+    /// user's directory is never even listed; elsewhere the store's listing
+    /// without hidden names (unless `show_hidden`) and without other peers'
+    /// trees, fetched again four times larger while what was filtered out
+    /// left fewer than `want` (up to [`MAX_SCAN`]).
+    async fn children(&self, dir: &VikingUri, want: usize, show_hidden: bool) -> Result<Children, ContentError> {
+        let roots = self.identity.visible_roots();
+        if !roots.iter().any(|r| dir.is_under(r)) {
+            let mut names: Vec<&str> = roots
+                .iter()
+                .filter(|r| r.is_under(dir))
+                .filter_map(|r| r.segments().nth(dir.segments().count()))
+                .collect();
+            names.sort_unstable();
+            names.dedup();
+            let mut children = Vec::new();
+            for name in names {
+                let Ok(child) = dir.join(name) else { continue };
+                let found = self.store.list_dir(&self.key(&child), 1).await?;
+                if !found.files.is_empty() || !found.dirs.is_empty() {
+                    children.push(Child { uri: child, name: name.to_owned(), size: 0, is_dir: true });
+                }
+            }
+            let truncated = children.len() > want;
+            children.truncate(want);
+            return Ok(Children { empty: children.is_empty(), children, truncated });
+        }
+        let mut ask = want.saturating_add(1);
+        loop {
+            let found = self.store.list_dir(&self.key(dir), ask).await?;
+            let empty = found.files.is_empty() && found.dirs.is_empty();
+            let scanned_all = !found.truncated || ask >= MAX_SCAN;
+            let dirs = found.dirs.into_iter().map(|name| (name, 0, true));
+            let files = found.files.into_iter().filter_map(|meta| {
+                let name = meta.key.rsplit('/').next()?.to_owned();
+                Some((name, meta.size, false))
+            });
+            let mut children: Vec<Child> = dirs
+                .chain(files)
+                .filter(|(name, _, _)| show_hidden || !name.starts_with('.'))
+                .filter_map(|(name, size, is_dir)| {
+                    let uri = dir.join(&name).ok().filter(|u| self.visible(u))?;
+                    Some(Child { uri, name, size, is_dir })
+                })
+                .collect();
+            if children.len() > want || scanned_all {
+                let truncated = children.len() > want || (found.truncated && ask >= MAX_SCAN);
+                children.truncate(want);
+                return Ok(Children { children, truncated, empty });
+            }
+            ask = ask.saturating_mul(4).min(MAX_SCAN);
+        }
+    }
+}
 
 /// An entry's abstract and update time from the index: a file's own
 /// record, a directory's level-0 record (else the reference's placeholder).

@@ -203,6 +203,36 @@ async fn a_listing_over_its_limit_is_cut_and_flagged() {
 }
 
 #[tokio::test]
+async fn what_the_caller_may_not_see_never_uses_up_the_limit() {
+    let (app, _dirs) = app().await;
+    // The sidecars sort first and are hidden: the one visible file still comes back.
+    let one = get(&app, "/api/v1/fs/ls?uri=viking://resources/guides&node_limit=1", &[]).await;
+    assert_eq!(names(&one), ["getting-started.md"], "{}", one.text);
+    // `bob` sorts before `default` and is never listed to default.
+    let users = get(&app, "/api/v1/fs/ls?uri=viking://user&node_limit=1", &[]).await;
+    assert_eq!(names(&users), ["default"], "{}", users.text);
+    // A peer's tree hidden from an acting peer does not use up the limit either.
+    let peers =
+        get(&app, "/api/v1/fs/ls?uri=viking://~/peers&node_limit=1", &[("x-openviking-actor-peer", "laptop")]).await;
+    assert_eq!(names(&peers), ["laptop"], "{}", peers.text);
+}
+
+#[tokio::test]
+async fn a_directory_whose_files_were_removed_is_gone() {
+    let (app, _dirs) = app().await;
+    let key = skald_tests::fixture::tree_key("resources/guides");
+    for file in [".abstract.md", ".overview.md", "getting-started.md"] {
+        app.store.delete(&format!("{key}/{file}")).await.expect("delete");
+    }
+    let resources = names(&get(&app, "/api/v1/fs/ls?uri=viking://resources", &[]).await);
+    assert!(!resources.contains(&"guides".to_owned()), "{resources:?}");
+    let gone = get(&app, "/api/v1/fs/ls?uri=viking://resources/guides", &[]).await;
+    assert_eq!(gone.status, 404, "{}", gone.text);
+    let stat = get(&app, "/api/v1/fs/stat?uri=viking://resources/guides", &[]).await;
+    assert_eq!(stat.status, 404, "{}", stat.text);
+}
+
+#[tokio::test]
 async fn stat_tells_files_from_directories() {
     let (app, _dirs) = app().await;
     let file = get(&app, "/api/v1/fs/stat?uri=viking://~/memories/profile.md", &[]).await;
@@ -249,6 +279,15 @@ async fn bad_requests_are_refused_with_the_field_named() {
         ("GET", "/api/v1/fs/ls?uri=viking://resources&output=tree", 400, "INVALID_ARGUMENT", Some("output")),
         ("GET", "/api/v1/fs/ls?uri=viking://resources&recursive=maybe", 400, "INVALID_ARGUMENT", Some("recursive")),
         ("GET", "/api/v1/fs/ls?uri=viking://resources&abs_limit=0", 400, "INVALID_ARGUMENT", Some("abs_limit")),
+        // Listing nothing still checks what is listed.
+        ("GET", "/api/v1/fs/ls?uri=viking://resources/nothing&node_limit=0", 404, "NOT_FOUND", None),
+        (
+            "GET",
+            "/api/v1/fs/ls?uri=viking://resources/guides/getting-started.md&limit=0",
+            400,
+            "INVALID_ARGUMENT",
+            None,
+        ),
         ("POST", "/api/v1/fs/ls?uri=viking://resources", 405, "METHOD_NOT_ALLOWED", None),
         ("DELETE", "/health", 405, "METHOD_NOT_ALLOWED", None),
         ("GET", "/api/v1/content/write?uri=viking://resources", 404, "NOT_FOUND", None),

@@ -99,7 +99,8 @@ fn health(app: &App, method: &Method) -> Response<String> {
         IdentityMode::Authorizer => "authorizer",
     };
     let body = json!({ "status": "ok", "healthy": true, "version": VERSION, "auth_mode": auth_mode });
-    let mut response = Response::new(body.to_string());
+    let body = if method == Method::HEAD { String::new() } else { body.to_string() };
+    let mut response = Response::new(body);
     *response.status_mut() = StatusCode::OK;
     response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
     response
@@ -178,8 +179,13 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
                 abs_limit: usize::try_from(abs_limit).unwrap_or(0),
             };
             if options.node_limit == 0 {
-                content.authorize(&uri)?;
-                return Ok((json!([]), false));
+                // Nothing to list, but a missing directory or a file is still an error.
+                let stat = content.stat(&uri).await?;
+                return if stat.is_dir {
+                    Ok((json!([]), false))
+                } else {
+                    Err(crate::content::ContentError::NotDirectory(stat.uri).into())
+                };
             }
             // Abstracts come from the index; other shapes need none.
             let index = if agent && !simple {
@@ -200,8 +206,9 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
 
 /// One `fs/ls` entry in the reference's shapes: agent mode
 /// `{uri, size, isDir, modTime?, abstract}` plus `name` and `rel_path`;
-/// original mode `{name, size, mode, modTime?, isDir, uri}` plus `rel_path`
-/// when recursive. `modTime` is the index's update time, when it has one.
+/// original mode `{name, size, mode, isDir, uri}` plus `rel_path` when
+/// recursive. `modTime` is the index's update time, when it has one (only
+/// agent listings load the index, so original entries carry none).
 fn entry_json(entry: &Entry, agent: bool, recursive: bool) -> Value {
     let mut value = json!({
         "uri": entry.uri.as_str(),

@@ -80,6 +80,23 @@ fn read_file(op: &'static str, key: &str, path: &Path) -> Result<Vec<u8>, StoreE
     }
 }
 
+/// Whether the directory `path` holds a file at any depth (stops at the
+/// first one).
+fn holds_a_file(path: &Path) -> bool {
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            match entry.file_type() {
+                Ok(kind) if kind.is_dir() => stack.push(entry.path()),
+                Ok(_) => return true,
+                Err(_) => {}
+            }
+        }
+    }
+    false
+}
+
 /// Holds the exclusive lock of one key until dropped.
 struct KeyLock(#[allow(dead_code)] fs::File);
 
@@ -220,7 +237,11 @@ impl Store for LocalStore {
                 let entry = entry.map_err(|e| backend("list", &owned, &e))?;
                 let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
                 if entry.file_type().map_err(|e| backend("list", &owned, &e))?.is_dir() {
-                    dirs.push(name);
+                    // As on S3, a directory exists only while it holds an
+                    // object (a delete leaves empty folders on disk).
+                    if holds_a_file(&entry.path()) {
+                        dirs.push(name);
+                    }
                 } else {
                     let key = format!("{owned}/{name}");
                     let body = read_file("list", &key, &entry.path())?;

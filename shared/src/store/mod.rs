@@ -147,18 +147,23 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn delete(&self, key: &str) -> Result<(), StoreError>;
 }
 
-/// `files` and `dirs` (both under `prefix`, each sorted) cut to `limit`
-/// entries in merged name order.
+/// `files` and `dirs` (both under `prefix`, each sorted) cut to the first
+/// `limit` entries in S3's listing order: keys compared as bytes, a
+/// directory as its name with the trailing `/` (so `a-b.md` comes before
+/// the directory `a`, as S3 pages them).
 #[must_use]
 pub fn cut_listing(prefix: &str, mut files: Vec<ObjectMeta>, mut dirs: Vec<String>, limit: usize) -> DirListing {
     let total = files.len() + dirs.len();
     if total > limit {
-        let mut names: Vec<&str> =
-            files.iter().map(|f| &f.key[prefix.len()..]).chain(dirs.iter().map(String::as_str)).collect();
+        let mut names: Vec<String> = files
+            .iter()
+            .map(|f| f.key[prefix.len()..].to_owned())
+            .chain(dirs.iter().map(|d| format!("{d}/")))
+            .collect();
         names.sort_unstable();
-        if let Some(last) = names.get(limit.saturating_sub(1)).filter(|_| limit > 0).map(|n| (*n).to_owned()) {
+        if let Some(last) = names.get(limit.saturating_sub(1)).filter(|_| limit > 0).cloned() {
             files.retain(|f| f.key[prefix.len()..] <= *last);
-            dirs.retain(|d| *d <= last);
+            dirs.retain(|d| format!("{d}/") <= last);
         } else {
             files.clear();
             dirs.clear();
@@ -238,6 +243,20 @@ mod tests {
         for bad in ["", "/abs", "a//b", "a/../b", "./a", "a\\b", "a/", "a\0b"] {
             assert!(matches!(validate_key(bad), Err(StoreError::InvalidKey(k)) if k == bad), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn listings_are_cut_in_s3_order() {
+        let file = |name: &str| ObjectMeta { key: format!("d/{name}"), etag: String::new(), size: 0 };
+        // S3 pages `n-a.md` before the directory `n/` ('-' < '/').
+        let cut = cut_listing("d/", vec![file("n-a.md"), file("o.md")], vec!["n".into()], 1);
+        assert_eq!((cut.files.len(), cut.dirs.len(), cut.truncated), (1, 0, true));
+        assert_eq!(cut.files[0].key, "d/n-a.md");
+        let cut = cut_listing("d/", vec![file("n-a.md"), file("o.md")], vec!["n".into()], 2);
+        assert_eq!((cut.files.len(), cut.dirs, cut.truncated), (1, vec!["n".to_owned()], true));
+        let all = cut_listing("d/", vec![file("n-a.md")], vec!["n".into()], 2);
+        assert!(!all.truncated && all.files.len() == 1 && all.dirs.len() == 1);
+        assert!(cut_listing("d/", vec![file("a")], vec![], 0).files.is_empty());
     }
 
     #[test]
