@@ -29,9 +29,10 @@
 //! page's origin in `Origin` on a POST; agent hosts (Claude Code, Codex,
 //! SDK clients) send none. So `Origin`, when present, must be a loopback
 //! origin (`http(s)://localhost`, `127.0.0.1`, `[::1]`, any port — local
-//! tools such as the MCP Inspector) or one listed in
-//! `SKALD_MCP_ALLOWED_ORIGINS` (comma-separated, e.g.
-//! `https://app.example.com:443`); any other is a 403 before any tool runs.
+//! tools such as the MCP Inspector) or one of the configuration's
+//! `mcp.allowed_origins` (also `SKALD_MCP_ALLOWED_ORIGINS`, comma-separated,
+//! e.g. `https://app.example.com:443`); any other is a 403 before any tool
+//! runs.
 //! A rebinding page has the attacker's origin, so it is refused even when
 //! the server listens on loopback (`cargo lambda watch`).
 //!
@@ -41,7 +42,7 @@
 //! static headers they were configured with.
 
 use std::borrow::Cow;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -72,9 +73,6 @@ pub const PATH: &str = "/mcp";
 pub const PROTOCOL_VERSIONS: &[ProtocolVersion] =
     &[ProtocolVersion::V_2025_06_18, ProtocolVersion::V_2025_11_25, ProtocolVersion::V_2026_07_28];
 
-/// Extra browser origins allowed besides loopback (comma-separated).
-pub const ALLOWED_ORIGINS_ENV: &str = "SKALD_MCP_ALLOWED_ORIGINS";
-
 /// The origins always allowed: local tools on loopback, any port.
 pub const LOOPBACK_ORIGINS: &[&str] = &[
     "http://localhost:*",
@@ -99,23 +97,18 @@ struct Admission {
 
 type Service = StreamableHttpService<Server, NeverSessionManager>;
 
-/// One service per process: built on the first request (nothing but a
-/// configuration; the tools' schemas are parsed on first use).
-static SERVICE: LazyLock<Service> = LazyLock::new(|| {
-    let extra = std::env::var(ALLOWED_ORIGINS_ENV).unwrap_or_default();
-    StreamableHttpService::new(|| Ok(Server), Arc::new(NeverSessionManager::default()), config(&extra))
-});
+/// One service per process: built on the first request from that request's
+/// app configuration (a function has one app per process; nothing but
+/// settings, and the tools' schemas are parsed on first use).
+static SERVICE: OnceLock<Service> = OnceLock::new();
 
 /// The transport configuration: stateless, JSON responses, no SSE keep-alive
-/// or retry, any `Host`, `Origin` limited to loopback plus `extra_origins`
-/// (comma-separated), and no body limit of its own (the configured limit is
-/// checked first, by [`handle`]).
+/// or retry, any `Host`, `Origin` limited to loopback plus `extra_origins`,
+/// and no body limit of its own (the configured limit is checked first, by
+/// [`handle`]).
 #[must_use]
-pub fn config(extra_origins: &str) -> StreamableHttpServerConfig {
-    let origins = LOOPBACK_ORIGINS
-        .iter()
-        .map(|o| (*o).to_owned())
-        .chain(extra_origins.split(',').map(str::trim).filter(|o| !o.is_empty()).map(str::to_owned));
+pub fn config(extra_origins: &[String]) -> StreamableHttpServerConfig {
+    let origins = LOOPBACK_ORIGINS.iter().map(|o| (*o).to_owned()).chain(extra_origins.iter().cloned());
     StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
@@ -145,7 +138,11 @@ pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<String>
     let deadline = skald::api::request_deadline(app, &request, started).ok();
     let (mut parts, body) = request.into_parts();
     parts.extensions.insert(Admission { app: Arc::clone(app), deadline });
-    let response = SERVICE.handle(Request::from_parts(parts, Full::new(body))).await;
+    let service = SERVICE.get_or_init(|| {
+        let config = config(&app.config.mcp.allowed_origins);
+        StreamableHttpService::new(|| Ok(Server), Arc::new(NeverSessionManager::default()), config)
+    });
+    let response = service.handle(Request::from_parts(parts, Full::new(body))).await;
     let (parts, body) = response.into_parts();
     let bytes = match body.collect().await {
         Ok(collected) => collected.to_bytes(),
@@ -218,7 +215,7 @@ mod tests {
 
     #[test]
     fn any_host_and_loopback_or_listed_origins() {
-        let config = config(" https://app.example.com:443 ,, https://other.example:* ");
+        let config = config(&["https://app.example.com:443".into(), "https://other.example:*".into()]);
         assert!(config.allowed_hosts.is_empty(), "the Host check is off: {:?}", config.allowed_hosts);
         assert_eq!(config.allowed_origins.len(), LOOPBACK_ORIGINS.len() + 2);
         assert!(config.allowed_origins.iter().any(|o| o == "http://localhost:*"));

@@ -60,6 +60,8 @@ pub struct Config {
     pub query_planner: Option<ModelConfig>,
     /// Retrieval stage settings: LLM stage caps and the deadline.
     pub retrieval: RetrievalConfig,
+    /// The MCP endpoint's settings.
+    pub mcp: McpConfig,
     /// The directory relative paths resolve against (the config file's
     /// directory; the working directory without a file). Not read from JSON.
     #[serde(skip)]
@@ -78,9 +80,22 @@ impl Default for Config {
             llm: None,
             query_planner: None,
             retrieval: RetrievalConfig::default(),
+            mcp: McpConfig::default(),
             base_dir: PathBuf::from("."),
         }
     }
+}
+
+/// The MCP endpoint's settings (`POST /mcp`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpConfig {
+    /// Browser origins allowed to call `/mcp` besides loopback ones
+    /// (`https://app.example.com:443`, `https://*.example.com:*`): a request
+    /// with any other `Origin` is a 403. Agent hosts send no `Origin`.
+    /// Default: none. `SKALD_MCP_ALLOWED_ORIGINS` (comma-separated) adds to
+    /// it.
+    pub allowed_origins: Vec<String>,
 }
 
 /// S3 client settings.
@@ -480,6 +495,10 @@ impl Config {
         }
         if let Some(model) = ModelConfig::from_env_prefix("SKALD_QUERY_PLANNER")? {
             config.query_planner = Some(model);
+        }
+        if let Ok(origins) = std::env::var("SKALD_MCP_ALLOWED_ORIGINS") {
+            let listed = origins.split(',').map(str::trim).filter(|o| !o.is_empty()).map(str::to_owned);
+            config.mcp.allowed_origins.extend(listed);
         }
         Ok(config)
     }
