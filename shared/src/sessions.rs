@@ -374,12 +374,7 @@ impl<'a> Sessions<'a> {
             }
             match self.store.put(&self.meta_key(id), encode(&meta)?, PutMode::IfMatch(etag)).await {
                 Ok(_) => return Ok(Appended { meta, added: true }),
-                Err(StoreError::Conflict(_)) => {
-                    tokio::time::sleep(std::time::Duration::from_millis(
-                        u64::from(attempt.min(10)) * 3 + crate::index::unique() % 7,
-                    ))
-                    .await;
-                }
+                Err(StoreError::Conflict(_)) => backoff(attempt).await,
                 Err(e) => return Err(e.into()),
             }
         }
@@ -683,12 +678,7 @@ impl Sessions<'_> {
             meta.updated_at = now.to_owned();
             match self.store.put(&self.meta_key(id), encode(&meta)?, PutMode::IfMatch(etag)).await {
                 Ok(_) => return Ok(meta),
-                Err(StoreError::Conflict(_)) => {
-                    tokio::time::sleep(std::time::Duration::from_millis(
-                        u64::from(attempt.min(10)) * 3 + crate::index::unique() % 7,
-                    ))
-                    .await;
-                }
+                Err(StoreError::Conflict(_)) => backoff(attempt).await,
                 Err(e) => return Err(e.into()),
             }
         }
@@ -822,6 +812,14 @@ pub fn extractive_summary(messages: &[StoredMessage]) -> ArchiveSummary {
         None => size,
     };
     ArchiveSummary { overview, abstract_text }
+}
+
+/// The pause before compare-and-swap attempt `attempt + 1` on a meta: a
+/// few milliseconds, growing with the attempt, jittered so that racing
+/// writers spread out.
+async fn backoff(attempt: u32) {
+    let ms = u64::from(attempt.min(10)) * 3 + crate::index::unique() % 7;
+    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
 }
 
 fn encode<T: Serialize>(value: &T) -> Result<Bytes, SessionError> {
