@@ -60,6 +60,52 @@ impl std::fmt::Debug for S3Store {
 }
 
 impl S3Store {
+    /// `ListObjectsV2` pages under `prefix` (store-relative), with
+    /// `delimiter` when given, until the listing ends or at least `enough`
+    /// objects and common prefixes came back: the objects (store-relative
+    /// keys) and the common prefixes (relative to `prefix`, with their
+    /// delimiter).
+    async fn list_pages(
+        &self,
+        prefix: &str,
+        delimiter: Option<&str>,
+        enough: usize,
+    ) -> Result<(Vec<ObjectMeta>, Vec<String>), StoreError> {
+        let root = if self.prefix.is_empty() { String::new() } else { format!("{}/", self.prefix) };
+        let full_prefix = format!("{root}{prefix}");
+        let (mut objects, mut prefixes) = (Vec::new(), Vec::new());
+        let mut token: Option<String> = None;
+        loop {
+            let output = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(&full_prefix)
+                .set_delimiter(delimiter.map(str::to_owned))
+                .set_continuation_token(token.take())
+                .send()
+                .await
+                .map_err(|e| backend("list", prefix, &e))?;
+            for object in output.contents() {
+                let Some(key) = object.key().and_then(|k| k.strip_prefix(&root)) else { continue };
+                objects.push(ObjectMeta {
+                    key: key.to_owned(),
+                    etag: unquote(object.e_tag()),
+                    size: size_of(object.size()),
+                });
+            }
+            let common = output.common_prefixes().iter().filter_map(|c| c.prefix()?.strip_prefix(&full_prefix));
+            prefixes.extend(common.map(str::to_owned));
+            match output.next_continuation_token() {
+                Some(next) if output.is_truncated() == Some(true) && objects.len() + prefixes.len() < enough => {
+                    token = Some(next.to_owned());
+                }
+                _ => break,
+            }
+        }
+        Ok((objects, prefixes))
+    }
+
     /// A store in `bucket` under `prefix`, with a client configured from the
     /// standard AWS chain (environment, profile, container or instance
     /// credentials) and `options`. Loading the configuration does no network
@@ -233,78 +279,18 @@ impl Store for S3Store {
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError> {
-        let root = if self.prefix.is_empty() { String::new() } else { format!("{}/", self.prefix) };
-        let full_prefix = format!("{root}{prefix}");
-        let mut out = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let output = self
-                .client
-                .list_objects_v2()
-                .bucket(&self.bucket)
-                .prefix(&full_prefix)
-                .set_continuation_token(token.take())
-                .send()
-                .await
-                .map_err(|e| backend("list", prefix, &e))?;
-            for object in output.contents() {
-                let Some(key) = object.key().and_then(|k| k.strip_prefix(&root)) else {
-                    continue;
-                };
-                out.push(ObjectMeta {
-                    key: key.to_owned(),
-                    etag: unquote(object.e_tag()),
-                    size: size_of(object.size()),
-                });
-            }
-            match output.next_continuation_token() {
-                Some(next) if output.is_truncated() == Some(true) => token = Some(next.to_owned()),
-                _ => break,
-            }
-        }
+        let (mut out, _) = self.list_pages(prefix, None, usize::MAX).await?;
         out.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(out)
     }
 
     async fn list_dir(&self, dir: &str, limit: usize) -> Result<DirListing, StoreError> {
         validate_key(dir)?;
-        let root = if self.prefix.is_empty() { String::new() } else { format!("{}/", self.prefix) };
         let prefix = format!("{dir}/");
-        let full_prefix = format!("{root}{prefix}");
-        let (mut files, mut dirs) = (Vec::new(), Vec::new());
-        let mut token: Option<String> = None;
-        loop {
-            let output = self
-                .client
-                .list_objects_v2()
-                .bucket(&self.bucket)
-                .prefix(&full_prefix)
-                .delimiter("/")
-                .set_continuation_token(token.take())
-                .send()
-                .await
-                .map_err(|e| backend("list", dir, &e))?;
-            for object in output.contents() {
-                let Some(key) = object.key().and_then(|k| k.strip_prefix(&root)) else { continue };
-                files.push(ObjectMeta {
-                    key: key.to_owned(),
-                    etag: unquote(object.e_tag()),
-                    size: size_of(object.size()),
-                });
-            }
-            for common in output.common_prefixes() {
-                let name = common.prefix().and_then(|p| p.strip_prefix(&full_prefix)).map(|p| p.trim_end_matches('/'));
-                if let Some(name) = name.filter(|n| !n.is_empty()) {
-                    dirs.push(name.to_owned());
-                }
-            }
-            // One entry past the limit is enough to know the listing is cut.
-            let enough = files.len() + dirs.len() > limit;
-            match output.next_continuation_token() {
-                Some(next) if output.is_truncated() == Some(true) && !enough => token = Some(next.to_owned()),
-                _ => break,
-            }
-        }
+        // One entry past the limit is enough to know the listing is cut.
+        let (mut files, dirs) = self.list_pages(&prefix, Some("/"), limit.saturating_add(1)).await?;
+        let mut dirs: Vec<String> =
+            dirs.iter().map(|d| d.trim_end_matches('/')).filter(|n| !n.is_empty()).map(str::to_owned).collect();
         files.sort_by(|a, b| a.key.cmp(&b.key));
         dirs.sort();
         Ok(cut_listing(&prefix, files, dirs, limit))
