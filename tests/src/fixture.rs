@@ -421,6 +421,10 @@ pub enum Handler {
     Sessions,
     /// `skald::api::content::handle`.
     Content,
+    /// `skald_mcp::handle` (the `mcp` function). Its transport's refusals
+    /// are plain text and a notification's 202 has no body, which
+    /// [`call_handler`] cannot read as JSON: send those another way.
+    Mcp,
 }
 
 /// A response as status, headers, the raw body text and the body as JSON.
@@ -473,6 +477,10 @@ pub async fn call_handler(app: &Arc<App>, handler: Handler, event: lambda_http::
         }
         Handler::Content => {
             let h = |app: Arc<App>, request| async move { skald::api::content::handle(&app, request).await };
+            skald_lambda::serve(app, &h, event).await
+        }
+        Handler::Mcp => {
+            let h = |app: Arc<App>, request| async move { skald_mcp::handle(&app, request).await };
             skald_lambda::serve(app, &h, event).await
         }
     };

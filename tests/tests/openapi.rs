@@ -11,33 +11,48 @@
 //!    deploys for it.
 //! 2. Request fields: every body schema lists exactly the fields its parser
 //!    accepts (`FIND_FIELDS`, `SEARCH_FIELDS`, `CONTEXT_ONLY_FIELDS`,
-//!    `BOOTSTRAP_FIELDS`, `RECALL_FIELDS`, `MESSAGE_FIELDS`), and the
+//!    `BOOTSTRAP_FIELDS`, `RECALL_FIELDS`, `MESSAGE_FIELDS`,
+//!    `COMMIT_FIELDS`; `/mcp` the JSON-RPC members), the commit body's
+//!    `x-skald-refused` is `UNSUPPORTED_COMMIT_FIELDS`, and the
 //!    `x-skald-modes` of `/search`'s properties agree with those lists.
 //!    Every operation's query parameters are exactly the ones its route's
-//!    arm of `run` in `shared/src/api/content.rs` reads (read with a line
-//!    scanner; the routes of other modules read none), and the required
-//!    ones are the ones read as required.
+//!    arm of `run` in `shared/src/api/content.rs` or
+//!    `shared/src/api/sessions.rs` reads (read with a line scanner, which
+//!    also maps those modules' routes to their paths; the routes of other
+//!    modules read none), and the required ones are the ones read as
+//!    required.
 //! 3. Acceptance, through the real handlers: every documented property,
 //!    sent with its `example`, is accepted (no `extra_forbidden`, no
 //!    validation error at that field); on `/search` it is refused in
 //!    exactly the modes its `x-skald-modes` leaves out; documented integer
-//!    bounds, `maxItems`, `maxLength` and the defaults `stats` echoes are
-//!    the ones the parsers apply; documented headers are read. Every
+//!    bounds, `maxItems`, `maxLength` and the defaults `stats` echoes (or,
+//!    for a commit, that change nothing) are the ones the parsers apply;
+//!    the refused commit fields are refused at their `loc`; documented
+//!    headers are read (on `/mcp`: each one's example is served and a bad
+//!    value answered as documented). Every
 //!    documented query parameter, sent with its `example`, is answered 200,
 //!    and a value of another type than documented is refused at
 //!    `["query", name]` (a missing required one too); its documented integer
 //!    bounds are the parser's (and so is their absence: a far value is
 //!    accepted); sending its documented default answers exactly as leaving
 //!    it out; the documented caps (`x-skald-max-bytes`, `x-skald-max-depth`,
-//!    a listing's `maxItems`, the `fs/ls` defaults) are the library's.
+//!    a listing's `maxItems`, the `fs/ls` defaults, the session context's
+//!    and a commit's) are the library's.
 //! 4. Structure: every `$ref` resolves, every operation but `/health`
 //!    (which reads nothing) documents the error envelope for 400, the error
 //!    codes are exactly [`ApiError`]'s, every `example` (of a property or a
 //!    parameter) fits its schema, and real responses (including those to
 //!    the document's request examples, the LLM stages' fields with a
-//!    scripted model, and every content and fs shape and error) validate
-//!    against the documented response schemas (a small validator for the
-//!    JSON Schema keywords the document uses; `pattern` is not checked).
+//!    scripted model, every content and fs shape and error, both commit
+//!    outcomes and the session context) validate against the documented
+//!    response schemas (a small validator for the JSON Schema keywords the
+//!    document uses; `pattern` is not checked).
+//! 5. MCP: `/mcp` answers JSON-RPC, not the envelope. Its real answers —
+//!    `initialize`, `tools/list`, `tools/call`, `ping`, 2026-07-28's
+//!    `server/discover` and removed methods, notifications, and every
+//!    refusal of the transport — fit the documented status, media type
+//!    and schema, and every documented status is answered; the documented
+//!    tools, revisions and `Allow` are `skald_mcp`'s.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, LazyLock};
@@ -48,12 +63,17 @@ use skald::api::error::{ApiError, FieldError};
 use skald::api::find::FIND_FIELDS;
 use skald::api::recall::RECALL_FIELDS;
 use skald::api::search::{BOOTSTRAP_FIELDS, CONTEXT_ONLY_FIELDS, SEARCH_FIELDS};
-use skald::api::sessions::MESSAGE_FIELDS;
+use skald::api::sessions::{
+    COMMIT_FIELDS, DEFAULT_CONTEXT_BUDGET, MAX_CONTEXT_BUDGET, MESSAGE_FIELDS, UNSUPPORTED_COMMIT_FIELDS,
+};
 use skald::app::App;
 use skald::config::ModelConfig;
 use skald::content::{MAX_LIST_BYTES, MAX_NODE_LIMIT, MAX_READ_BYTES, RECURSIVE_DEPTH};
 use skald::embed::hashed::HashedEmbedder;
-use skald_tests::fixture::{CONTEXT_CORPUS, Handler, Reply, TempDirs, app_with_config, app_with_corpus, call};
+use skald::sessions::{MAX_ARCHIVE_MESSAGES, MAX_CONTEXT_ARCHIVES, MAX_CONTEXT_MESSAGES};
+use skald_tests::fixture::{
+    CONTEXT_CORPUS, Handler, Reply, TempDirs, app_with_config, app_with_corpus, call, call_handler,
+};
 use skald_tests::model_server::{ModelServer, Reply as ModelReply};
 
 const QUERY: &str = "kubernetes cluster upgrade";
@@ -69,6 +89,8 @@ const SESSIONS: &str = "/api/v1/sessions";
 const SESSION_GET: &str = "/api/v1/sessions/{id}";
 const MESSAGES: &str = "/api/v1/sessions/{id}/messages";
 const BATCH: &str = "/api/v1/sessions/{id}/messages/batch";
+const COMMIT: &str = "/api/v1/sessions/{id}/commit";
+const CONTEXT: &str = "/api/v1/sessions/{id}/context";
 const HEALTH: &str = "/health";
 const STATUS: &str = "/api/v1/system/status";
 const READ: &str = "/api/v1/content/read";
@@ -78,6 +100,17 @@ const LS: &str = "/api/v1/fs/ls";
 const STAT: &str = "/api/v1/fs/stat";
 /// The routes of the `content` function (`skald::api::content`).
 const CONTENT_ROUTES: [&str; 7] = [HEALTH, STATUS, READ, ABSTRACT, OVERVIEW, LS, STAT];
+/// The `mcp` function's one path.
+const MCP: &str = skald_mcp::PATH;
+/// The members of a JSON-RPC 2.0 request (`/mcp`'s body): the transport
+/// ignores others.
+const JSONRPC_MEMBERS: &[&str] = &["jsonrpc", "id", "method", "params"];
+/// What a valid MCP request sends besides its body.
+const MCP_ACCEPT: &str = "application/json, text/event-stream";
+/// The revision the MCP checks speak (besides 2026-07-28's own checks).
+const MCP_VERSION: &str = "2025-11-25";
+/// The revision without a handshake: each request carries its own `_meta`.
+const MCP_2026: &str = "2026-07-28";
 /// A file over the read cap in [`content_app`]'s corpus.
 const BIG_FILE: &str = "viking://resources/big/log.md";
 /// An integer far from any bound, for bounds that are not documented.
@@ -154,6 +187,7 @@ impl Operation<'_> {
             BOOTSTRAP => Handler::Bootstrap,
             p if p == SESSIONS || p.starts_with("/api/v1/sessions/") => Handler::Sessions,
             p if CONTENT_ROUTES.contains(&p) => Handler::Content,
+            MCP => Handler::Mcp,
             other => panic!("no handler known for documented path {other}"),
         }
     }
@@ -609,8 +643,11 @@ fn request_bodies_list_exactly_the_accepted_fields() {
         (BOOTSTRAP, names(&bootstrap)),
         (MESSAGES, names(MESSAGE_FIELDS)),
         (BATCH, names(BATCH_FIELDS)),
+        (COMMIT, names(COMMIT_FIELDS)),
         // Lenient, as the reference: only `session_id` is read.
         (SESSIONS, names(&["session_id"])),
+        // JSON-RPC, read by the transport (which ignores other members).
+        (MCP, names(JSONRPC_MEMBERS)),
     ]
     .into_iter()
     .collect();
@@ -629,9 +666,30 @@ fn request_bodies_list_exactly_the_accepted_fields() {
         if !only_code.is_empty() {
             failures.push(format!("{}: accepted fields the document lacks: {only_code:?}", op.name()));
         }
-        let strict = op.path != SESSIONS;
+        let strict = op.path != SESSIONS && op.path != MCP;
         if schema.get("additionalProperties") != Some(&Value::Bool(!strict)) {
             failures.push(format!("{}: additionalProperties must be {}", op.name(), !strict));
+        }
+    }
+    // The commit fields refused by name are listed, and only there.
+    let commit = resolve(&doc, &doc["components"]["schemas"]["CommitRequest"]);
+    let refused: BTreeSet<String> = commit["x-skald-refused"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect();
+    let (only_doc, only_code) = difference(&refused, &names(UNSUPPORTED_COMMIT_FIELDS));
+    if !only_doc.is_empty() || !only_code.is_empty() {
+        failures.push(format!(
+            "POST {COMMIT}: x-skald-refused: only documented {only_doc:?}, \
+             only in UNSUPPORTED_COMMIT_FIELDS {only_code:?}"
+        ));
+    }
+    for field in &refused {
+        if properties(commit, "CommitRequest").contains_key(field) {
+            failures.push(format!("POST {COMMIT}: {field} is refused, but documented as a property"));
         }
     }
     // The batch's items are messages.
@@ -667,16 +725,41 @@ fn request_bodies_list_exactly_the_accepted_fields() {
     assert_none(&failures);
 }
 
-/// What the content routes read from the query, by path: `(name, reader)`
-/// pairs (`reader` as in `query.int("limit", …)`), from
-/// `shared/src/api/content.rs` read with a line scanner. `fn route` maps
-/// paths to `Route` variants (`"/api/v1/fs/ls" => Route::Ls,`); each arm of
-/// `fn run` (`Route::A | Route::B => {`) reads what it names as
-/// `query.<reader>("<name>"`, also through the helpers it hands the query
-/// (`uri_param(&mut query)`, which reads `required("uri")`).
-fn content_query_reads() -> BTreeMap<String, BTreeSet<(String, String)>> {
-    let source = repo_file("shared/src/api/content.rs");
-    let mut paths: Vec<(String, String)> = Vec::new();
+/// A route of a scanned module: the module, its method when the module's
+/// `fn route` names it, and what its arm of `fn run` reads from the query
+/// as `(name, reader)` pairs (`reader` as in `query.int("limit", …)`).
+struct RouteReads {
+    module: &'static str,
+    method: Option<String>,
+    reads: BTreeSet<(String, String)>,
+}
+
+/// What the content and sessions routes read from the query, by path.
+fn query_reads_by_path() -> BTreeMap<String, RouteReads> {
+    let mut out = module_query_reads("content", "shared/src/api/content.rs", None);
+    out.extend(module_query_reads("sessions", "shared/src/api/sessions.rs", Some(SESSIONS)));
+    out
+}
+
+/// What `module`'s routes read from the query, by path, from its source
+/// `file` read with a line scanner. `fn route` maps paths to `Route`
+/// variants, as `"/api/v1/fs/ls" => Route::Ls,` or, below `prefix` (the
+/// path `fn route` strips), as `(_, [id, "commit"]) => want(&Method::POST,
+/// Route::Commit(…)),` (`("", _)` is `prefix` itself, an identifier a
+/// `{name}` segment); each arm of `fn run` (`Route::A | Route::B(id) => {`)
+/// reads what it names as `query.<reader>("<name>"`, also through the
+/// helpers it hands the query (`uri_param(&mut query)`, which reads
+/// `required("uri")`).
+fn module_query_reads(module: &'static str, file: &str, prefix: Option<&str>) -> BTreeMap<String, RouteReads> {
+    let source = repo_file(file);
+    if let Some(prefix) = prefix {
+        assert!(
+            source.contains(&format!("strip_prefix(\"{prefix}\")")),
+            "{file}: fn route no longer strips {prefix:?}; update this scanner"
+        );
+    }
+    // (path, method, variant)
+    let mut paths: Vec<(String, Option<String>, String)> = Vec::new();
     // Per function, or per route variant inside `run`: what it reads and
     // which helpers it hands `&mut query`.
     let mut reads: BTreeMap<String, BTreeSet<(String, String)>> = BTreeMap::new();
@@ -687,16 +770,21 @@ fn content_query_reads() -> BTreeMap<String, BTreeSet<(String, String)>> {
         if let Some(name) = fn_name(line) {
             (function, arm) = (name.to_owned(), Vec::new());
         }
-        if function == "route"
-            && let Some((path, variant)) = line.strip_prefix('"').and_then(|l| l.split_once("\" => Route::"))
-        {
-            paths.push((path.to_owned(), variant.trim_end_matches(',').to_owned()));
+        if function == "route" {
+            if let Some((path, variant)) = line.strip_prefix('"').and_then(|l| l.split_once("\" => Route::")) {
+                paths.push((path.to_owned(), None, identifier(variant).to_owned()));
+            } else if let (Some(prefix), Some((pattern, rest))) =
+                (prefix, line.strip_prefix('(').and_then(|l| l.split_once(") => want(&Method::")))
+                && let Some((method, variant)) = rest.split_once(", Route::")
+            {
+                paths.push((pattern_path(prefix, pattern), Some(method.to_owned()), identifier(variant).to_owned()));
+            }
         }
         if function == "run"
             && line.starts_with("Route::")
             && let Some((variants, _)) = line.split_once("=>")
         {
-            arm = variants.split('|').map(|v| v.trim().trim_start_matches("Route::").to_owned()).collect();
+            arm = variants.split('|').map(|v| identifier(v.trim().trim_start_matches("Route::")).to_owned()).collect();
             arms.extend(arm.iter().cloned());
         }
         let owners = if arm.is_empty() { vec![function.clone()] } else { arm.clone() };
@@ -712,13 +800,10 @@ fn content_query_reads() -> BTreeMap<String, BTreeSet<(String, String)>> {
             }
         }
     }
-    assert!(!paths.is_empty(), "shared/src/api/content.rs: no `\"<path>\" => Route::<variant>,` lines in fn route");
+    assert!(!paths.is_empty(), "{file}: no route lines in fn route; update this scanner");
     let mut out = BTreeMap::new();
-    for (path, variant) in paths {
-        assert!(
-            arms.contains(&variant),
-            "shared/src/api/content.rs: no arm `Route::{variant} =>` in fn run; update this scanner"
-        );
+    for (path, method, variant) in paths {
+        assert!(arms.contains(&variant), "{file}: no arm `Route::{variant} =>` in fn run; update this scanner");
         let mut read = reads.get(&variant).cloned().unwrap_or_default();
         let mut pending: Vec<String> = helpers.get(&variant).into_iter().flatten().cloned().collect();
         let mut seen = BTreeSet::new();
@@ -728,9 +813,31 @@ fn content_query_reads() -> BTreeMap<String, BTreeSet<(String, String)>> {
                 pending.extend(helpers.get(&helper).into_iter().flatten().cloned());
             }
         }
-        out.insert(path, read);
+        out.insert(path, RouteReads { module, method, reads: read });
     }
     out
+}
+
+/// The path a `fn route` match pattern names below `prefix`: `"", _` is
+/// `prefix`; `_, [id, "messages"]` is `{prefix}/{id}/messages`.
+fn pattern_path(prefix: &str, pattern: &str) -> String {
+    let Some((_, segments)) = pattern.split_once('[') else { return prefix.to_owned() };
+    let segments = segments.split(']').next().unwrap_or_default();
+    let mut path = prefix.to_owned();
+    for segment in segments.split(',').map(str::trim) {
+        path.push('/');
+        match segment.strip_prefix('"').and_then(|s| s.strip_suffix('"')) {
+            Some(literal) => path.push_str(literal),
+            None => path.push_str(&format!("{{{segment}}}")),
+        }
+    }
+    path
+}
+
+/// The identifier `text` starts with.
+fn identifier(text: &str) -> &str {
+    let end = text.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(text.len());
+    &text[..end]
 }
 
 /// The function a line declares (`fn name(`, `pub async fn name<`), if any.
@@ -768,14 +875,14 @@ fn query_reads(line: &str) -> Vec<(String, String)> {
 #[test]
 fn query_parameters_are_exactly_the_parsers() {
     let doc = doc();
-    let code = content_query_reads();
+    let code = query_reads_by_path();
     let ops = operations(&doc);
     let mut failures = Vec::new();
     for op in &ops {
         let documented = parameters(&doc, op, "query");
         let names: BTreeSet<String> = documented.iter().map(|p| parameter_name(p).to_owned()).collect();
-        // Routes outside `skald::api::content` read no query.
-        let read = code.get(&op.path).cloned().unwrap_or_default();
+        // Routes outside `skald::api::content` and `skald::api::sessions` read no query.
+        let read = code.get(&op.path).map(|r| r.reads.clone()).unwrap_or_default();
         let (only_doc, only_code) = difference(&names, &read.iter().map(|(name, _)| name.clone()).collect());
         if !only_doc.is_empty() {
             failures.push(format!("{}: documented query parameters the route never reads: {only_doc:?}", op.name()));
@@ -791,9 +898,11 @@ fn query_parameters_are_exactly_the_parsers() {
             }
         }
     }
-    for path in code.keys() {
-        if !ops.iter().any(|o| o.path == *path) {
-            failures.push(format!("{path}: served by skald::api::content but not documented"));
+    for (path, route) in &code {
+        let served = ops.iter().any(|o| o.path == *path && route.method.as_ref().is_none_or(|m| *m == o.method));
+        if !served {
+            let method = route.method.as_deref().unwrap_or("any method");
+            failures.push(format!("{method} {path}: served by skald::api::{} but not documented", route.module));
         }
     }
     assert_none(&failures);
@@ -809,7 +918,8 @@ async fn every_documented_property_is_accepted() {
     let (app, _dirs) = app().await;
     let mut failures = Vec::new();
     for op in operations(&doc) {
-        let Some(schema) = request_schema(&doc, &op) else { continue };
+        // JSON-RPC: `mcp_responses_fit_their_schemas` sends its examples.
+        let Some(schema) = request_schema(&doc, &op).filter(|_| op.path != MCP) else { continue };
         for (field, prop) in properties(schema, &op.name()) {
             let value = example(prop, &format!("{} property {field}", op.name())).clone();
             if op.path == SEARCH && field != "mode" {
@@ -840,7 +950,63 @@ async fn every_documented_property_is_accepted() {
             }
         }
     }
+    // The commit fields refused by name: a value error at their loc that
+    // points at what Skald has instead, and nothing archived.
+    let ops = operations(&doc);
+    let commit = ops.iter().find(|o| o.path == COMMIT).expect("POST /commit is documented");
+    let schema = request_schema(&doc, commit).expect("a commit body");
+    append_messages(&app, SESSION, 2).await;
+    let before = commit_count(&app, SESSION).await;
+    for field in schema["x-skald-refused"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+        for value in [json!("turn_budget"), json!(3)] {
+            let reply = send(&app, commit, Some(&json!({ field: value })), &[]).await;
+            let errors = errors_at(&reply, field);
+            let named = errors.iter().any(|e| {
+                e["type"] == "value_error" && e["message"].as_str().is_some_and(|m| m.contains("keep_recent_count"))
+            });
+            if reply.status != 400 || !named {
+                failures.push(format!(
+                    "{} {field}={value}: documented as refused, but answered {}",
+                    commit.name(),
+                    reply.text
+                ));
+            }
+        }
+    }
+    let after = commit_count(&app, SESSION).await;
+    if before.is_none() || after != before {
+        failures.push(format!("POST {COMMIT}: refused commits changed the commit count from {before:?} to {after:?}"));
+    }
     assert_none(&failures);
+}
+
+/// Session `id`'s `commit_count`, `None` when it cannot be read.
+async fn commit_count(app: &Arc<App>, id: &str) -> Option<u64> {
+    let session = call(app, Handler::Sessions, "GET", &format!("{SESSIONS}/{id}"), &[], None).await;
+    session.json["result"]["commit_count"].as_u64()
+}
+
+/// Appends `n` messages to session `id` (creating it), alternating user and
+/// assistant, the user's with a `turn_id`, `message_kind` and `peer_id`, the
+/// assistant's as `parts`.
+async fn append_messages(app: &Arc<App>, id: &str, n: usize) {
+    for i in 0..n {
+        let message = if i % 2 == 0 {
+            json!({
+                "role": "user",
+                "content": format!("question {i} about the {QUERY}"),
+                "turn_id": format!("t-{i}"),
+                "message_kind": "user_query",
+                "peer_id": "p1",
+            })
+        } else {
+            let part = json!({ "type": "text", "text": format!("answer {i}: drain the nodes first") });
+            json!({ "role": "assistant", "parts": [part] })
+        };
+        let path = format!("{SESSIONS}/{id}/messages");
+        let reply = call(app, Handler::Sessions, "POST", &path, &[], Some(&message)).await;
+        assert_eq!(reply.status, 200, "{path}: {}", reply.text);
+    }
 }
 
 /// The mode a `/search` property is tried in (its first documented one).
@@ -949,6 +1115,35 @@ async fn documented_defaults_are_what_stats_report() {
             }
         }
     }
+    // A commit's documented defaults change nothing: two sessions alike,
+    // committed without and with the default, archive alike.
+    let commit = ops.iter().find(|o| o.path == COMMIT).expect("documented");
+    let schema = request_schema(&doc, commit).expect("a commit body");
+    for (field, prop) in properties(schema, &commit.name()) {
+        let Some(default) = prop.get("default") else { continue };
+        let mut results = Vec::new();
+        for (label, body) in [("without", json!({})), ("with", json!({ field: default }))] {
+            let id = format!("default-{field}-{label}");
+            append_messages(&app, &id, 3).await;
+            let path = format!("{SESSIONS}/{id}/commit");
+            let reply = call(&app, Handler::Sessions, "POST", &path, &[], Some(&body)).await;
+            let mut result = reply.json["result"].clone();
+            if let Some(result) = result.as_object_mut() {
+                for key in ["session_id", "archive_uri", "trace_id"] {
+                    result.remove(key);
+                }
+            }
+            results.push((reply.status, result));
+        }
+        if results[0] != results[1] {
+            failures.push(format!(
+                "{} {field}: the documented default {default} commits otherwise than leaving it out: {:?} vs {:?}",
+                commit.name(),
+                results[1],
+                results[0]
+            ));
+        }
+    }
     assert_none(&failures);
 }
 
@@ -962,6 +1157,10 @@ async fn documented_headers_are_read() {
     assert_eq!(created.status, 200, "{}", created.text);
     let mut failures = Vec::new();
     for op in operations(&doc) {
+        // MCP reads its headers otherwise: `mcp_documented_headers_are_read`.
+        if op.path == MCP {
+            continue;
+        }
         let params = parameters(&doc, &op, "header");
         let documents =
             |name: &str| params.iter().any(|p| p["name"].as_str().is_some_and(|n| n.eq_ignore_ascii_case(name)));
@@ -1005,10 +1204,21 @@ fn wrong_value(schema: &Value) -> (&'static str, &'static str) {
     }
 }
 
+/// [`content_app`] with session [`SESSION`]: an archive, and messages since.
+async fn query_app() -> (Arc<App>, TempDirs) {
+    let (app, dirs) = content_app().await;
+    append_messages(&app, SESSION, 4).await;
+    let path = format!("{SESSIONS}/{SESSION}/commit");
+    let reply = call(&app, Handler::Sessions, "POST", &path, &[], Some(&json!({}))).await;
+    assert_eq!(reply.json["result"]["status"], "accepted", "{}", reply.text);
+    append_messages(&app, SESSION, 2).await;
+    (app, dirs)
+}
+
 #[tokio::test]
 async fn every_documented_query_parameter_is_read() {
     let doc = doc();
-    let (app, _dirs) = content_app().await;
+    let (app, _dirs) = query_app().await;
     let mut failures = Vec::new();
     for op in operations(&doc) {
         for p in parameters(&doc, &op, "query") {
@@ -1038,7 +1248,7 @@ async fn every_documented_query_parameter_is_read() {
                 }
             }
             if p.get("required").and_then(Value::as_bool) == Some(true) {
-                let reply = send_to(&app, &op, &op.path, &[]).await;
+                let reply = send_to(&app, &op, &op.path.replace("{id}", SESSION), &[]).await;
                 if reply.status != 400 || !query_errors_at(&reply, name).iter().any(|e| e["type"] == "missing") {
                     failures
                         .push(format!("{what}: documented as required, but leaving it out answered {}", reply.text));
@@ -1052,7 +1262,7 @@ async fn every_documented_query_parameter_is_read() {
 #[tokio::test]
 async fn documented_query_bounds_and_defaults_are_the_parsers() {
     let doc = doc();
-    let (app, _dirs) = content_app().await;
+    let (app, _dirs) = query_app().await;
     let mut failures = Vec::new();
     for op in operations(&doc) {
         for p in parameters(&doc, &op, "query") {
@@ -1126,6 +1336,7 @@ async fn documented_caps_are_the_librarys() {
     let read_cap = schemas.pointer("/ReadResponse/properties/result/x-skald-max-bytes");
     let ls_result = schemas.pointer("/LsResponse/properties/result");
     let ls = |name: &str, key: &str| query_parameter(&doc, LS, name)["schema"].get(key).cloned();
+    let context = |key: &str| query_parameter(&doc, CONTEXT, "token_budget")["schema"].get(key).cloned();
     let as_u64 = |n: usize| n as u64;
     let checks: Vec<(&str, Option<u64>, u64)> = vec![
         ("ReadResponse.result x-skald-max-bytes (MAX_READ_BYTES)", documented(read_cap), as_u64(MAX_READ_BYTES)),
@@ -1159,6 +1370,31 @@ async fn documented_caps_are_the_librarys() {
             "ls recursive x-skald-max-depth (RECURSIVE_DEPTH)",
             documented(ls("recursive", "x-skald-max-depth").as_ref()),
             as_u64(RECURSIVE_DEPTH),
+        ),
+        (
+            "CommitAccepted.archived_message_count maximum (MAX_ARCHIVE_MESSAGES)",
+            documented(schemas.pointer("/CommitAccepted/properties/archived_message_count/maximum")),
+            as_u64(MAX_ARCHIVE_MESSAGES),
+        ),
+        (
+            "SessionContext.messages maxItems (MAX_CONTEXT_MESSAGES)",
+            documented(schemas.pointer("/SessionContext/properties/messages/maxItems")),
+            MAX_CONTEXT_MESSAGES,
+        ),
+        (
+            "SessionContext.pre_archive_abstracts maxItems (MAX_CONTEXT_ARCHIVES)",
+            documented(schemas.pointer("/SessionContext/properties/pre_archive_abstracts/maxItems")),
+            MAX_CONTEXT_ARCHIVES,
+        ),
+        (
+            "context token_budget maximum (MAX_CONTEXT_BUDGET)",
+            documented(context("maximum").as_ref()),
+            MAX_CONTEXT_BUDGET.unsigned_abs(),
+        ),
+        (
+            "context token_budget default (DEFAULT_CONTEXT_BUDGET)",
+            documented(context("default").as_ref()),
+            DEFAULT_CONTEXT_BUDGET.unsigned_abs(),
         ),
     ];
     let mut failures = Vec::new();
@@ -1320,6 +1556,10 @@ fn refs_resolve_and_errors_are_the_envelope() {
             if status.starts_with('2') {
                 continue;
             }
+            if op.path == MCP {
+                failures.extend(mcp_error_media(&doc, &op, status, response, &statuses));
+                continue;
+            }
             let schema = resolve(&doc, response).pointer("/content/application~1json/schema");
             let is_error =
                 schema.is_some_and(|s| s.get("$ref").and_then(Value::as_str) == Some("#/components/schemas/Error"));
@@ -1332,6 +1572,37 @@ fn refs_resolve_and_errors_are_the_envelope() {
         }
     }
     assert_none(&failures);
+}
+
+/// What is wrong with how `/mcp` documents its error `status`: the
+/// transport answers plain text or a JSON-RPC error, Skald's own refusals
+/// (413) the envelope, so each media type must be one of those.
+fn mcp_error_media(
+    doc: &Value,
+    op: &Operation<'_>,
+    status: &str,
+    response: &Value,
+    envelope_statuses: &BTreeSet<String>,
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    let content = resolve(doc, response).get("content").and_then(Value::as_object);
+    let Some(content) = content.filter(|c| !c.is_empty()) else {
+        return vec![format!("{}: status {status} documents no body", op.name())];
+    };
+    for (media, body) in content {
+        let schema = &body["schema"];
+        let reference = schema.get("$ref").and_then(Value::as_str);
+        match (media.as_str(), reference) {
+            ("application/json", Some("#/components/schemas/JsonRpcErrorResponse")) => {}
+            ("application/json", Some("#/components/schemas/Error")) if envelope_statuses.contains(status) => {}
+            ("text/plain", None) if types(schema) == ["string"] => {}
+            _ => failures.push(format!(
+                "{}: status {status} {media} is neither the transport's text, a JSON-RPC error nor the error envelope",
+                op.name()
+            )),
+        }
+    }
+    failures
 }
 
 #[test]
@@ -1396,8 +1667,11 @@ async fn responses_fit_their_schemas() {
         ops.iter().find(|o| o.method == method && o.path == path).unwrap_or_else(|| panic!("{method} {path}"))
     };
     let mut failures = Vec::new();
-    // The document's own request examples.
-    for o in &ops {
+    // The session every `{id}` names (the commit examples need it).
+    let created = call(&app, Handler::Sessions, "POST", SESSIONS, &[], Some(&json!({ "session_id": SESSION }))).await;
+    assert_eq!(created.status, 200, "{}", created.text);
+    // The document's own request examples (`/mcp`'s: `mcp_responses_fit_their_schemas`).
+    for o in ops.iter().filter(|o| o.path != MCP) {
         let Some(content) = o.op.pointer("/requestBody/content/application~1json") else { continue };
         for (label, example) in content.get("examples").and_then(Value::as_object).into_iter().flatten() {
             let reply = send(&app, o, Some(&example["value"]), &[]).await;
@@ -1453,6 +1727,7 @@ async fn responses_fit_their_schemas() {
     verify(&doc, &mut failures, get, "an existing session", &reply, 200);
     let reply = call(&app, Handler::Sessions, "GET", "/api/v1/sessions/no-such-session", &[], None).await;
     verify(&doc, &mut failures, get, "a missing session", &reply, 404);
+    session_probes(&doc, &app, &mut failures).await;
 
     // /recall's deprecation headers are the documented ones, and only with
     // an alias.
@@ -1474,6 +1749,88 @@ async fn responses_fit_their_schemas() {
         }
     }
     assert_none(&failures);
+}
+
+/// Commits (both outcomes, every skip reason, refusals, a missing session)
+/// and the context of what they archived, against their schemas.
+async fn session_probes(doc: &Value, app: &Arc<App>, failures: &mut Vec<String>) {
+    let ops = operations(doc);
+    let op = |method: &str, path: &str| {
+        ops.iter().find(|o| o.method == method && o.path == path).unwrap_or_else(|| panic!("{method} {path}"))
+    };
+    let (commit, context) = (op("POST", COMMIT), op("GET", CONTEXT));
+    let id = "commit-drift";
+    let commit_of = |id: &str| format!("{SESSIONS}/{id}/commit");
+    let context_of = |id: &str, query: &str| format!("{SESSIONS}/{id}/context{query}");
+    append_messages(app, id, 4).await;
+    let probes: Vec<(&str, Value, u16)> = vec![
+        // Archives 3, keeps the newest.
+        (id, json!({ "keep_recent_count": 1 }), 200),
+        (id, json!({ "keep_recent_count": 5 }), 200),
+        // Archives the one kept.
+        (id, json!({ "telemetry": true, "extraction_metadata": { "source": "x" } }), 200),
+        (id, json!({}), 200),
+        ("no-such-session", json!({}), 404),
+        (id, json!({ "keep_recent_count": -1 }), 400),
+        (id, json!({ "keep_recent_count": 10_001 }), 400),
+        (id, json!({ "min_raw_tail_steps": 2 }), 400),
+        (id, json!({ "keep": 1 }), 400),
+    ];
+    let mut outcomes = BTreeSet::new();
+    for (session, body, want) in probes {
+        let reply = call(app, Handler::Sessions, "POST", &commit_of(session), &[], Some(&body)).await;
+        verify(doc, failures, commit, &format!("{session} {body}"), &reply, want);
+        let result = &reply.json["result"];
+        if let Some(status) = result["status"].as_str() {
+            let why = result["reason"].as_str().or(result["summary"].as_str()).unwrap_or_default();
+            outcomes.insert(format!("{status}: {why}"));
+        }
+        if want == 404 && !reply.text.contains(&format!("Session not found: {session}")) {
+            failures.push(format!(
+                "{}: a missing session is not `Session not found: <id>`: {}",
+                commit.name(),
+                reply.text
+            ));
+        }
+    }
+    let want: BTreeSet<String> = ["accepted: extractive", "skipped: all_within_keep_window", "skipped: no_messages"]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(outcomes, want, "the commit outcomes to check");
+    let reply = call(app, Handler::Sessions, "GET", &commit_of(id), &[], None).await;
+    verify(doc, failures, commit, "GET", &reply, 405);
+
+    // Two archives and two messages since, one with every optional field.
+    append_messages(app, id, 2).await;
+    let probes: Vec<(String, &str, u16)> = vec![
+        (context_of(id, ""), "GET", 200),
+        (context_of(id, "?token_budget=1000000"), "GET", 200),
+        (context_of(id, "?token_budget=1"), "GET", 200),
+        (context_of(id, "?token_budget=0"), "GET", 400),
+        (context_of(id, "?token_budget=1.5"), "GET", 400),
+        (context_of("no-such-session", ""), "GET", 404),
+        (context_of(id, ""), "POST", 405),
+    ];
+    let mut replies = Vec::new();
+    for (target, method, want) in probes {
+        let reply = call(app, Handler::Sessions, method, &target, &[], None).await;
+        verify(doc, failures, context, &format!("{method} {target}"), &reply, want);
+        replies.push(reply);
+    }
+    // What the schema leaves optional or empty did occur, so it was checked.
+    let full = &replies[0].json["result"];
+    let messages = full["messages"].as_array().cloned().unwrap_or_default();
+    assert!(!full["latest_archive_overview"].as_str().unwrap_or_default().is_empty(), "no overview: {full}");
+    assert_eq!(full["pre_archive_abstracts"].as_array().map(Vec::len), Some(1), "{full}");
+    assert!(messages.iter().any(|m| m.get("turn_id").is_some() && m.get("peer_id").is_some()), "{full}");
+    let stats = &full["stats"];
+    let sum = stats["activeTokens"].as_u64().zip(stats["archiveTokens"].as_u64()).map(|(a, b)| a + b);
+    if full["estimatedTokens"].as_u64() != sum {
+        failures.push(format!("GET {CONTEXT}: estimatedTokens is not activeTokens + archiveTokens: {full}"));
+    }
+    let tight = &replies[2].json["result"];
+    assert!(tight["stats"]["droppedArchives"].as_u64().is_some_and(|n| n > 0), "nothing dropped: {tight}");
 }
 
 #[tokio::test]
@@ -1640,6 +1997,489 @@ async fn content_responses_fit_their_schemas() {
             .collect();
         if !unseen.is_empty() {
             failures.push(format!("GET {path}: no probe answered documented statuses {unseen:?}"));
+        }
+    }
+    assert_none(&failures);
+}
+
+// ---------------------------------------------------------------------------
+// 5. MCP
+// ---------------------------------------------------------------------------
+
+/// An answer of `/mcp`: the transport's refusals are plain text and a
+/// notification's 202 has no body, so the JSON is only there when the body
+/// is JSON.
+struct McpAnswer {
+    status: u16,
+    headers: lambda_http::http::HeaderMap,
+    text: String,
+    json: Option<Value>,
+}
+
+impl McpAnswer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// The headers a valid MCP request sends in `version` (2025-06-18 and
+/// 2025-11-25 also on `initialize`, where they must match its body).
+fn mcp_headers(version: &str) -> Vec<(String, String)> {
+    [
+        ("accept", MCP_ACCEPT),
+        ("content-type", "application/json"),
+        ("host", "127.0.0.1"),
+        ("mcp-protocol-version", version),
+    ]
+    .into_iter()
+    .map(|(n, v)| (n.to_owned(), v.to_owned()))
+    .collect()
+}
+
+/// `headers` with `name` set to `value` (replacing it, whatever its case).
+fn with_header(mut headers: Vec<(String, String)>, name: &str, value: &str) -> Vec<(String, String)> {
+    headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+    headers.push((name.to_owned(), value.to_owned()));
+    headers
+}
+
+/// `headers` without `name`.
+fn without_header(mut headers: Vec<(String, String)>, name: &str) -> Vec<(String, String)> {
+    headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+    headers
+}
+
+/// A JSON-RPC request (`id` `Some`) or notification, as text.
+fn rpc_text(id: Option<i64>, method: &str, params: &Value) -> String {
+    let mut message = json!({ "jsonrpc": "2.0", "method": method, "params": params });
+    if let Some(id) = id {
+        message["id"] = json!(id);
+    }
+    message.to_string()
+}
+
+/// A 2026-07-28 request: `params` with the request's own `_meta`, and the
+/// `Mcp-Method` (and for a tool call `Mcp-Name`) headers that must agree
+/// with the body.
+fn rpc_2026(method: &str, params: &Value) -> (Vec<(String, String)>, String) {
+    let mut params = params.clone();
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": MCP_2026,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": { "name": "openapi-drift", "version": "1" },
+    });
+    let mut headers = with_header(mcp_headers(MCP_2026), "mcp-method", method);
+    if let Some(name) = params["name"].as_str() {
+        headers = with_header(headers, "mcp-name", name);
+    }
+    (headers, rpc_text(Some(1), method, &params))
+}
+
+/// A Lambda event to `/mcp` with exactly `headers` (nothing added) and a
+/// relative target, so that the `Host` header is what names the host.
+fn mcp_event(method: &str, headers: &[(String, String)], body: Option<&str>) -> lambda_http::Request {
+    let mut builder = lambda_http::http::Request::builder().method(method).uri(MCP);
+    for (name, value) in headers {
+        builder = builder.header(name.as_str(), value.as_str());
+    }
+    let body = body.map_or(lambda_http::Body::Empty, |b| lambda_http::Body::Text(b.to_owned()));
+    builder.body(body).expect("a valid request")
+}
+
+/// Sends `method` to `/mcp` through the Lambda edge. An answer expected as
+/// JSON (`json`) goes through [`Handler::Mcp`] as every route's does in
+/// these tests; plain text and empty bodies are read as they come.
+async fn mcp_send(
+    app: &Arc<App>,
+    method: &str,
+    headers: &[(String, String)],
+    body: Option<&str>,
+    json: bool,
+) -> McpAnswer {
+    let event = mcp_event(method, headers, body);
+    if json {
+        let reply = call_handler(app, Handler::Mcp, event).await;
+        return McpAnswer { status: reply.status, headers: reply.headers, text: reply.text, json: Some(reply.json) };
+    }
+    let handler = |app: Arc<App>, request| async move { skald_mcp::handle(&app, request).await };
+    let response = skald_lambda::serve(app, &handler, event).await;
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let text = match response.into_body() {
+        lambda_http::Body::Text(text) => text,
+        lambda_http::Body::Binary(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        _ => String::new(),
+    };
+    let is_json =
+        headers.get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|c| c.starts_with("application/json"));
+    let json = if is_json { serde_json::from_str(&text).ok() } else { None };
+    McpAnswer { status, headers, text, json }
+}
+
+/// Records in `failures` whether `answer` has status `want` and fits what
+/// `op` documents for its status: the media type (JSON, the transport's
+/// plain text, or no body), its schema, and the headers documented `const`.
+fn verify_mcp(doc: &Value, failures: &mut Vec<String>, op: &Operation<'_>, label: &str, answer: &McpAnswer, want: u16) {
+    let what = format!("{} ({label})", op.name());
+    if answer.status != want {
+        failures.push(format!("{what}: answered {} not {want}: {}", answer.status, answer.text));
+    }
+    let Some(response) = op.op["responses"].get(answer.status.to_string()).map(|r| resolve(doc, r)) else {
+        failures.push(format!("{what}: status {} is not documented", answer.status));
+        return;
+    };
+    let content = response.get("content").and_then(Value::as_object);
+    let media: Vec<&String> = content.into_iter().flat_map(|c| c.keys()).collect();
+    match (&answer.json, content) {
+        (_, None) if answer.text.is_empty() => {}
+        (_, None) => failures.push(format!("{what}: documented without a body, answered {:?}", answer.text)),
+        (Some(json), Some(content)) => match content.get("application/json") {
+            Some(body) => {
+                failures.extend(fits(doc, &body["schema"], json, &what));
+                if answer.header("content-type").is_none_or(|c| !c.starts_with("application/json")) {
+                    failures.push(format!("{what}: JSON without `Content-Type: application/json`"));
+                }
+            }
+            None => failures.push(format!("{what}: answered JSON, documented {media:?}: {}", answer.text)),
+        },
+        (None, Some(content)) => match content.get("text/plain") {
+            Some(body) => failures.extend(fits(doc, &body["schema"], &json!(answer.text), &what)),
+            None => failures.push(format!("{what}: answered text {:?}, documented {media:?}", answer.text)),
+        },
+    }
+    for (name, header) in response.get("headers").and_then(Value::as_object).into_iter().flatten() {
+        if let Some(documented) = header.pointer("/schema/const").and_then(Value::as_str)
+            && answer.header(name) != Some(documented)
+        {
+            failures.push(format!("{what}: header {name} is {:?}, documented {documented:?}", answer.header(name)));
+        }
+    }
+}
+
+/// A request to `/mcp`: label, method, headers, body, the status it must
+/// get and whether that answer is JSON.
+struct McpProbe {
+    label: String,
+    method: &'static str,
+    headers: Vec<(String, String)>,
+    body: Option<String>,
+    want: u16,
+    json: bool,
+}
+
+impl McpProbe {
+    fn post(label: &str, headers: Vec<(String, String)>, body: String, want: u16, json: bool) -> Self {
+        Self { label: label.to_owned(), method: "POST", headers, body: Some(body), want, json }
+    }
+}
+
+/// The names of `skald_mcp`'s tools, in listing order.
+fn mcp_tool_names() -> Vec<String> {
+    skald_mcp::tools::list().iter().map(|t| t.name.to_string()).collect()
+}
+
+/// The string `enum` at `pointer` in the components' schemas.
+fn schema_enum(doc: &Value, pointer: &str) -> Vec<String> {
+    doc["components"]["schemas"]
+        .pointer(pointer)
+        .and_then(Value::as_array)
+        .unwrap_or_else(|| panic!("components.schemas{pointer} is not an enum"))
+        .iter()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn mcp_responses_fit_their_schemas() {
+    let doc = doc();
+    let (app, _dirs) = app().await;
+    let ops = operations(&doc);
+    let op = |method: &str| {
+        ops.iter().find(|o| o.path == MCP && o.method == method).unwrap_or_else(|| panic!("{method} {MCP}"))
+    };
+    let headers = mcp_headers(MCP_VERSION);
+    let rpc = |id: i64, method: &str, params: Value| rpc_text(Some(id), method, &params);
+    let mut probes = Vec::new();
+    // The document's request examples: a request is answered, a notification accepted.
+    let content = op("POST").op.pointer("/requestBody/content/application~1json").expect("a JSON-RPC body");
+    for (label, example) in content["examples"].as_object().into_iter().flatten() {
+        let request = example["value"].get("id").is_some();
+        let want = if request { 200 } else { 202 };
+        probes.push(McpProbe::post(
+            &format!("example {label}"),
+            headers.clone(),
+            example["value"].to_string(),
+            want,
+            request,
+        ));
+    }
+    let (discover, discover_body) = rpc_2026("server/discover", &json!({}));
+    let (list_2026, list_2026_body) = rpc_2026("tools/list", &json!({}));
+    let (call_2026, call_2026_body) = rpc_2026("tools/call", &json!({ "name": "health", "arguments": {} }));
+    let (ping_2026, ping_2026_body) = rpc_2026("ping", &json!({}));
+    let (init_2026, init_2026_body) = rpc_2026("initialize", &json!({}));
+    let (mismatch_2026, mismatch_2026_body) = rpc_2026("tools/list", &json!({}));
+    let huge = rpc(9, "tools/call", json!({ "name": "find", "arguments": { "query": "x".repeat(300_000) } }));
+    let tools_list = rpc(1, "tools/list", json!({}));
+    let unknown_tool = rpc(5, "tools/call", json!({ "name": "remember", "arguments": {} }));
+    let refused_argument = rpc(6, "tools/call", json!({ "name": "find", "arguments": { "query": QUERY, "limit": 0 } }));
+    let extra_member = json!({ "jsonrpc": "2.0", "id": 8, "method": "tools/list", "params": {}, "extra": true });
+    let client = json!({ "name": "x", "version": "1" });
+    let newer_initialize =
+        rpc(1, "initialize", json!({ "protocolVersion": MCP_VERSION, "capabilities": {}, "clientInfo": client }));
+    let posted_response = json!({ "jsonrpc": "2.0", "id": 1, "result": {} }).to_string();
+    probes.extend([
+        McpProbe::post("ping", headers.clone(), rpc(4, "ping", json!({})), 200, true),
+        McpProbe::post("an unknown tool", headers.clone(), unknown_tool, 200, true),
+        McpProbe::post("a refused argument", headers.clone(), refused_argument, 200, true),
+        McpProbe::post("a method not offered", headers.clone(), rpc(7, "resources/list", json!({})), 200, true),
+        McpProbe::post("an unknown member", headers.clone(), extra_member.to_string(), 200, true),
+        McpProbe::post("2026 server/discover", discover, discover_body, 200, true),
+        McpProbe::post("2026 tools/list", list_2026, list_2026_body, 200, true),
+        McpProbe::post("2026 tools/call", call_2026, call_2026_body, 200, true),
+        McpProbe::post("2026 ping", ping_2026, ping_2026_body, 404, true),
+        McpProbe::post("2026 initialize", init_2026, init_2026_body, 404, true),
+        McpProbe::post(
+            "2026 Mcp-Method against the body",
+            with_header(mismatch_2026, "mcp-method", "tools/call"),
+            mismatch_2026_body,
+            400,
+            true,
+        ),
+        McpProbe::post(
+            "2026 without _meta",
+            with_header(mcp_headers(MCP_2026), "mcp-method", "tools/list"),
+            tools_list.clone(),
+            400,
+            true,
+        ),
+        McpProbe::post("initialize against the header", mcp_headers("2025-06-18"), newer_initialize, 400, true),
+        McpProbe::post("a posted response", headers.clone(), posted_response, 400, true),
+        McpProbe::post("an unknown revision", mcp_headers("1999-01-01"), tools_list.clone(), 400, false),
+        McpProbe::post("no Host", without_header(headers.clone(), "host"), tools_list.clone(), 400, false),
+        McpProbe::post(
+            "a foreign Origin",
+            with_header(headers.clone(), "origin", "http://attacker.example"),
+            tools_list.clone(),
+            403,
+            false,
+        ),
+        McpProbe::post(
+            "a loopback Origin",
+            with_header(headers.clone(), "origin", "http://localhost:6274"),
+            tools_list.clone(),
+            200,
+            true,
+        ),
+        McpProbe::post(
+            "Accept without SSE",
+            with_header(headers.clone(), "accept", "application/json"),
+            tools_list.clone(),
+            406,
+            false,
+        ),
+        McpProbe::post("no Accept", without_header(headers.clone(), "accept"), tools_list.clone(), 406, false),
+        McpProbe::post(
+            "a text body",
+            with_header(headers.clone(), "content-type", "text/plain"),
+            tools_list.clone(),
+            415,
+            false,
+        ),
+        McpProbe::post("a batch", headers.clone(), "[]".to_owned(), 415, false),
+        McpProbe::post("not JSON", headers.clone(), "{".to_owned(), 415, false),
+        McpProbe::post("over the body limit", headers.clone(), huge.clone(), 413, true),
+    ]);
+    for method in ["GET", "DELETE"] {
+        let plain = vec![("accept".to_owned(), MCP_ACCEPT.to_owned()), ("host".to_owned(), "127.0.0.1".to_owned())];
+        let probe = |label: &str, headers: Vec<(String, String)>, body: Option<String>, want: u16, json: bool| {
+            McpProbe { label: label.to_owned(), method, headers, body, want, json }
+        };
+        probes.extend([
+            probe("no stream, no session", plain.clone(), None, 405, false),
+            probe("no Host", without_header(plain.clone(), "host"), None, 400, false),
+            probe(
+                "a foreign Origin",
+                with_header(plain.clone(), "origin", "http://attacker.example"),
+                None,
+                403,
+                false,
+            ),
+            probe("over the body limit", plain.clone(), Some(huge.clone()), 413, true),
+        ]);
+    }
+
+    let mut failures = Vec::new();
+    let mut seen = BTreeMap::<&str, BTreeSet<u16>>::new();
+    let mut answers = BTreeMap::new();
+    for probe in &probes {
+        let answer = mcp_send(&app, probe.method, &probe.headers, probe.body.as_deref(), probe.json).await;
+        verify_mcp(&doc, &mut failures, op(probe.method), &probe.label, &answer, probe.want);
+        seen.entry(probe.method).or_default().insert(answer.status);
+        answers.insert(format!("{} {}", probe.method, probe.label), answer);
+    }
+    for method in ["POST", "GET", "DELETE"] {
+        let documented: BTreeSet<u16> =
+            op(method).op["responses"].as_object().into_iter().flatten().filter_map(|(s, _)| s.parse().ok()).collect();
+        let unseen: Vec<&u16> =
+            documented.iter().filter(|s| !seen.get(method).is_some_and(|seen| seen.contains(s))).collect();
+        if !unseen.is_empty() {
+            failures.push(format!("{method} {MCP}: no probe answered documented statuses {unseen:?}"));
+        }
+    }
+
+    // The handshake and the listing, against their own schemas.
+    let result = |key: &str| {
+        let answer = answers.get(key).unwrap_or_else(|| panic!("no probe {key}"));
+        answer.json.as_ref().map(|j| j["result"].clone()).unwrap_or_default()
+    };
+    let schemas = &doc["components"]["schemas"];
+    let initialized = result("POST example initialize");
+    failures.extend(fits(&doc, &schemas["McpInitializeResult"], &initialized, "initialize result"));
+    if initialized["serverInfo"]["version"] != doc["info"]["version"] {
+        failures.push(format!("initialize: serverInfo.version is not info.version: {initialized}"));
+    }
+    let listed = result("POST example toolsList");
+    failures.extend(fits(&doc, &schemas["McpListToolsResult"], &listed, "tools/list result"));
+    let listed_names: Vec<String> = listed["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str())
+        .map(str::to_owned)
+        .collect();
+    let tools = mcp_tool_names();
+    assert_eq!(listed_names, tools, "tools/list lists skald_mcp's tools");
+    failures.extend(fits(
+        &doc,
+        &schemas["McpListToolsResult"],
+        &result("POST 2026 tools/list"),
+        "2026 tools/list result",
+    ));
+    failures.extend(fits(&doc, &schemas["McpDiscoverResult"], &result("POST 2026 server/discover"), "discover result"));
+    let called = result("POST example toolsCall");
+    failures.extend(fits(&doc, &schemas["McpCallToolResult"], &called, "tools/call result"));
+    if called["isError"] != false {
+        failures.push(format!("the tools/call example failed: {called}"));
+    }
+    if result("POST a refused argument")["isError"] != true {
+        failures.push("a refused argument is not an isError result".to_owned());
+    }
+
+    // The tools, revisions and methods documented are skald_mcp's.
+    if schema_enum(&doc, "/McpTool/properties/name/enum") != tools {
+        failures.push(format!("McpTool.name: the enum is not skald_mcp's tools {tools:?}"));
+    }
+    let description = op("POST").op["description"].as_str().unwrap_or_default();
+    for tool in &tools {
+        if !description.contains(&format!("`{tool}` — ")) {
+            failures.push(format!("POST {MCP}: the description does not list tool {tool}"));
+        }
+    }
+    let served: Vec<String> = skald_mcp::PROTOCOL_VERSIONS.iter().map(|v| v.as_str().to_owned()).collect();
+    let handshake: Vec<String> =
+        skald_mcp::PROTOCOL_VERSIONS.iter().filter(|v| v.has_initialize()).map(|v| v.as_str().to_owned()).collect();
+    let version_header = parameters(&doc, op("POST"), "header")
+        .into_iter()
+        .find(|p| parameter_name(p).eq_ignore_ascii_case("MCP-Protocol-Version"))
+        .and_then(|p| p.pointer("/schema/enum"))
+        .and_then(Value::as_array)
+        .map(|e| e.iter().filter_map(Value::as_str).map(str::to_owned).collect::<Vec<_>>());
+    let checks = [
+        ("the MCP-Protocol-Version header's enum", version_header.unwrap_or_default(), &served),
+        (
+            "McpDiscoverResult.supportedVersions",
+            schema_enum(&doc, "/McpDiscoverResult/properties/supportedVersions/items/enum"),
+            &served,
+        ),
+        (
+            "McpInitializeResult.protocolVersion",
+            schema_enum(&doc, "/McpInitializeResult/properties/protocolVersion/enum"),
+            &handshake,
+        ),
+    ];
+    for (what, documented, code) in checks {
+        if documented != *code {
+            failures.push(format!("{what}: documented {documented:?}, skald_mcp serves {code:?}"));
+        }
+    }
+    assert_none(&failures);
+}
+
+/// How `/mcp` must answer a bad value of a header it reads.
+enum McpRefusal {
+    /// The transport's status (`json`: a JSON-RPC error, else text).
+    Status(u16, bool),
+    /// A tool call's `isError` result naming the header (REST read it).
+    ToolError,
+}
+
+#[tokio::test]
+async fn mcp_documented_headers_are_read() {
+    let doc = doc();
+    let (app, _dirs) = app().await;
+    let ops = operations(&doc);
+    let post = ops.iter().find(|o| o.path == MCP && o.method == "POST").expect("POST /mcp is documented");
+    // A bad value of each header /mcp reads.
+    let refusals: BTreeMap<&str, (&str, McpRefusal)> = [
+        ("accept", ("application/json", McpRefusal::Status(406, false))),
+        ("mcp-protocol-version", ("1999-01-01", McpRefusal::Status(400, false))),
+        ("mcp-method", ("tools/list", McpRefusal::Status(400, true))),
+        ("mcp-name", ("health", McpRefusal::Status(400, true))),
+        ("origin", ("http://attacker.example", McpRefusal::Status(403, false))),
+        ("x-client-timeout-ms", ("0", McpRefusal::ToolError)),
+        ("x-openviking-account", ("../x", McpRefusal::ToolError)),
+        ("x-openviking-user", ("../x", McpRefusal::ToolError)),
+        ("x-openviking-actor-peer", ("../x", McpRefusal::ToolError)),
+    ]
+    .into_iter()
+    .collect();
+    let mut failures = Vec::new();
+    let params = parameters(&doc, post, "header");
+    let documented: BTreeSet<String> = params.iter().map(|p| parameter_name(p).to_ascii_lowercase()).collect();
+    for name in refusals.keys().filter(|n| !documented.contains(**n)) {
+        failures.push(format!("POST {MCP}: header {name} is read but not documented"));
+    }
+    for p in &params {
+        let name = parameter_name(p);
+        let Some((bad, refusal)) = refusals.get(name.to_ascii_lowercase().as_str()) else {
+            failures
+                .push(format!("POST {MCP}: documented header {name} is one this test does not know; add its refusal"));
+            continue;
+        };
+        // A `find` call; in 2026-07-28 for the headers only that revision reads.
+        let arguments = json!({ "query": QUERY, "limit": 2 });
+        let (headers, body) = if ["mcp-method", "mcp-name"].contains(&name.to_ascii_lowercase().as_str()) {
+            rpc_2026("tools/call", &json!({ "name": "find", "arguments": arguments }))
+        } else {
+            (
+                mcp_headers(MCP_VERSION),
+                rpc_text(Some(1), "tools/call", &json!({ "name": "find", "arguments": arguments })),
+            )
+        };
+        let value = query_text(example(p, &format!("POST {MCP} header {name}")));
+        let answer = mcp_send(&app, "POST", &with_header(headers.clone(), name, &value), Some(&body), true).await;
+        let result = answer.json.as_ref().map(|j| j["result"].clone()).unwrap_or_default();
+        if answer.status != 200 || result["isError"] != false {
+            failures.push(format!(
+                "POST {MCP}: header {name}: {value} (its example) answered {}: {}",
+                answer.status, answer.text
+            ));
+        }
+        let (json, want) = match refusal {
+            McpRefusal::Status(status, json) => (*json, *status),
+            McpRefusal::ToolError => (true, 200),
+        };
+        let answer = mcp_send(&app, "POST", &with_header(headers, name, bad), Some(&body), json).await;
+        verify_mcp(&doc, &mut failures, post, &format!("header {name}: {bad}"), &answer, want);
+        if let McpRefusal::ToolError = refusal {
+            let result = answer.json.as_ref().map(|j| j["result"].clone()).unwrap_or_default();
+            let text = result["content"][0]["text"].as_str().unwrap_or_default().to_ascii_lowercase();
+            if result["isError"] != true || !text.contains(&name.to_ascii_lowercase()) {
+                failures
+                    .push(format!("POST {MCP}: header {name}: {bad} is not a tool error naming it: {}", answer.text));
+            }
         }
     }
     assert_none(&failures);
