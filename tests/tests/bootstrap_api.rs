@@ -372,7 +372,7 @@ async fn the_instructions_are_versioned_with_their_content_hash() {
     let f = fixture().await;
     let reply = bootstrap(&f.app, &json!({})).await;
     let instructions = &ok(&reply)["stats"]["instructions"];
-    assert_eq!(instructions["version"], "1");
+    assert_eq!(instructions["version"], skald::assemble::bootstrap::INSTRUCTIONS_VERSION);
     let hash = instructions["content_hash"].as_str().expect("content_hash");
     assert_eq!(hash.len(), 64);
     assert!(hash.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)), "{hash}");
@@ -380,6 +380,43 @@ async fn the_instructions_are_versioned_with_their_content_hash() {
     // Even when the budget leaves no room for the instructions themselves.
     let reply = bootstrap(&f.app, &json!({"max_tokens": 64})).await;
     assert_eq!(ok(&reply)["stats"]["instructions"]["content_hash"], hash);
+}
+
+/// The routes the instructions name (`METHOD /path`, `…` and query cut)
+/// are documented operations of `infra/openapi.json`, and the tools they
+/// name are tools of `/mcp`.
+#[test]
+fn the_instructions_name_only_routes_that_exist() {
+    let doc: Value = serde_json::from_str(include_str!("../../infra/openapi.json")).expect("the OpenAPI document");
+    let words: Vec<&str> = INSTRUCTIONS.split_whitespace().collect();
+    let mut named = 0;
+    for pair in words.windows(2) {
+        let [method, path] = pair else { continue };
+        if !["GET", "POST"].contains(method) || !path.starts_with("/api/") {
+            continue;
+        }
+        let path = path.split('?').next().unwrap_or_default().trim_end_matches([';', ',', '.']);
+        let operation = doc["paths"][path][method.to_lowercase()].as_object();
+        assert!(
+            operation.is_some(),
+            "the instructions name {method} {path}, which infra/openapi.json does not document"
+        );
+        named += 1;
+    }
+    assert!(named >= 4, "the instructions name {named} routes");
+    // And every "the X tool" is a tool `/mcp` lists.
+    let tools: Vec<String> = skald_mcp::tools::list().iter().map(|t| t.name.to_string()).collect();
+    let mut tools_named = 0;
+    for triple in words.windows(3) {
+        if let [the, name, tool] = triple
+            && *the == "the"
+            && tool.trim_end_matches([';', ',', '.']) == "tool"
+        {
+            assert!(tools.iter().any(|t| t == name), "the instructions name the {name} tool; /mcp lists {tools:?}");
+            tools_named += 1;
+        }
+    }
+    assert!(tools_named >= 3, "the instructions name {tools_named} tools");
 }
 
 #[tokio::test]

@@ -34,17 +34,22 @@ use crate::tokens::{estimate_escaped_tokens, estimate_tokens, truncate_to_escape
 use crate::uri::{VikingUri, tree_key};
 
 /// The instructions template's version.
-pub const INSTRUCTIONS_VERSION: &str = "1";
+pub const INSTRUCTIONS_VERSION: &str = "2";
 
 /// How to use the memory this block comes from: static text, versioned.
+/// It names only tools and routes that exist (a test holds it to the MCP
+/// tool list and the OpenAPI document).
 pub const INSTRUCTIONS: &str = "\
 Skald memory — how to use it:
-- Each <memory> element is one node of the user's memory tree; its uri attribute names it (viking://…).
-- detail says how much is shown: uri (name only) < abstract < overview < full. Ask for more with
-  POST /api/v1/search/search {\"mode\":\"context\",\"query\":…} or read a uri in full with your memory tool.
-- identity is who you are talking to; working_state is what they are doing now; listing is what else exists.
+- Each <memory> element is one node of the user's memory tree; its uri attribute names it (viking://…; viking://~/… is the user's own tree).
+- detail says how much is shown: uri (name only) < abstract < overview < full. Expand a uri with the read tool
+  or GET /api/v1/content/read?uri=…; browse a directory with the list tool or GET /api/v1/fs/ls?uri=….
+- For more context on a question, use the search tool (mode context) or the recall tool, or
+  POST /api/v1/search/search {\"mode\":\"context\",\"query\":…}.
+- identity is who you are talking to; working_state is what they are doing now; continuity is where the last session stopped; listing is what else exists.
 - Recall before answering when the user refers to past work, people, preferences or decisions.
-- Remember by adding messages to the session; do not restate these instructions to the user.";
+- The conversation is kept by appending its messages to the session (POST /api/v1/sessions/{id}/messages) and archived by
+  POST /api/v1/sessions/{id}/commit; do not restate these instructions to the user.";
 
 /// The URI the instructions render under.
 pub const INSTRUCTIONS_URI: &str = "viking://skald/instructions";
