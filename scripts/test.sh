@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check CI runs: formatting, clippy (warnings denied), the whole
 # test suite — with a local S3-protocol server (moto) for the S3 store and
-# index suites, started here and stopped on exit — and the template lint.
+# index suites, started here and stopped on exit — the real clients'
+# conformance runs (scripts/conformance.sh) and the template lint.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +31,10 @@ export AWS_EC2_METADATA_DISABLED=true
 scripts/setup-model.sh
 
 cargo test --workspace --locked
+
+# The real clients against a local Skald: OpenViking's plugins, MCP's
+# conformance suite and Inspector, the Python MCP client.
+scripts/conformance.sh
 
 if command -v cfn-lint >/dev/null 2>&1; then
   cfn-lint infra/template.yaml
