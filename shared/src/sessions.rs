@@ -572,9 +572,12 @@ impl Sessions<'_> {
 
     /// Plans a commit of session `id`: the messages since the last archive
     /// except the newest `keep_recent` (at most [`MAX_ARCHIVE_MESSAGES`],
-    /// oldest first), into archive `commit_count + 1`.
+    /// oldest first), into archive `commit_count + 1` — or, when an earlier
+    /// attempt already claimed that archive from the same start and never
+    /// moved the meta, exactly the claimed range (so a commit cut between
+    /// its claim and its meta update never blocks the next one).
     ///
-    /// Cost: one meta GET and one GET per message since the last archive,
+    /// Cost: a meta GET, a claim GET, and one GET per message in the range,
     /// [`READ_CONCURRENCY`] at a time.
     ///
     /// # Errors
@@ -587,6 +590,25 @@ impl Sessions<'_> {
         now: &str,
     ) -> Result<Result<CommitPlan, SkipReason>, SessionError> {
         let (meta, _) = self.meta(id).await?.ok_or_else(|| SessionError::NotFound(id.as_str().to_owned()))?;
+        let index = meta.commit_count + 1;
+        // An earlier attempt that claimed archive `index` and stopped before
+        // moving the meta (cut by its deadline, or its outcome lost) decided
+        // the range: finish that archive rather than claim another.
+        let claim_key = self.archive_key(id, index, ".meta.json");
+        let claimed = match self.store.get(&claim_key).await {
+            Ok(object) => {
+                let claim: ArchiveRange = serde_json::from_slice(&object.body)
+                    .map_err(|e| SessionError::Corrupt(format!("archive claim {claim_key}: {e}")))?;
+                (claim.from_seq == meta.archived_seq).then_some(claim)
+            }
+            Err(StoreError::NotFound(_)) => None,
+            Err(e) => return Err(e.into()),
+        };
+        if let Some(claim) = claimed {
+            let messages = self.messages_in(id, claim.from_seq..claim.to_seq).await?;
+            let range = ArchiveRange { message_count: messages.len() as u64, ..claim };
+            return Ok(Ok(CommitPlan { range, messages }));
+        }
         let end = meta.end_seq();
         let mut messages = self.messages_in(id, meta.archived_seq..end).await?;
         if messages.is_empty() {
@@ -604,7 +626,7 @@ impl Sessions<'_> {
         let to_seq =
             if cut { messages.last().map_or(end, |m| m.seq + 1) } else { retained.first().map_or(end, |m| m.seq) };
         let range = ArchiveRange {
-            index: meta.commit_count + 1,
+            index,
             from_seq: meta.archived_seq,
             to_seq,
             message_count: messages.len() as u64,

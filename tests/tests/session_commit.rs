@@ -193,8 +193,11 @@ async fn a_commit_retried_after_an_unknown_outcome_finishes_the_same_archive() {
     let meta = sessions.write_archive(&id, &plan, &summary, "extractive", "2026-12-01T00:00:01Z").await.expect("again");
     assert_eq!((meta.commit_count, meta.archived_message_count), (1, 4));
 
-    // A claim for another range (a concurrent commit's) is not taken as ours.
+    // A claim made for another range after this commit planned (a
+    // concurrent commit's) is not taken as ours.
     dialogue(&app, "r1", 1, "more").await;
+    let plan = sessions.plan_commit(&id, 0, "now").await.expect("plan").expect("messages");
+    assert_eq!((plan.range.index, plan.range.from_seq, plan.range.to_seq), (2, 4, 6));
     let other =
         json!({"index": 2, "from_seq": 4, "to_seq": 5, "message_count": 1, "created_at": "x", "summary": "extractive"});
     store
@@ -205,10 +208,19 @@ async fn a_commit_retried_after_an_unknown_outcome_finishes_the_same_archive() {
         )
         .await
         .expect("claim");
-    let plan = sessions.plan_commit(&id, 0, "now").await.expect("plan").expect("messages");
     let err =
         sessions.write_archive(&id, &plan, &summary, "extractive", "now").await.expect_err("someone else's claim");
     assert!(err.to_string().contains("busy"), "{err}");
+    // That claim, left by an attempt that stopped before moving the meta, is
+    // for a shorter range than what is pending now: the next commit finishes
+    // it, and what came after goes to the archive after it.
+    let reply = commit(&app, "r1", &json!({})).await;
+    assert_eq!(ok(&reply)["archive_uri"], "viking://user/default/sessions/r1/history/archive_002", "{}", reply.text);
+    assert_eq!(ok(&reply)["archived_message_count"], 1, "{}", reply.text);
+    assert_eq!(counts(&info(&app, "r1").await), (2, 1, 6));
+    let rest = commit(&app, "r1", &json!({})).await;
+    assert_eq!(ok(&rest)["archive_uri"], "viking://user/default/sessions/r1/history/archive_003", "{}", rest.text);
+    assert_eq!(counts(&info(&app, "r1").await), (3, 0, 6));
 }
 
 async fn concurrent_commits_make_one_archive(store: SharedStore) {

@@ -123,7 +123,7 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
         Ok(a) => a,
         Err(e) => return error_response(&e),
     };
-    let query = super::fields::Query::parse(request.uri().query());
+    let query = Query::parse(request.uri().query());
     match within_deadline(&admitted.deadline, run(app, &admitted, route, query)).await {
         Ok(result) => ok(result, None),
         Err(e) => error_response(&e),
