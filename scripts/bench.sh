@@ -15,8 +15,15 @@
 #            what the dedup ledger adds to a context call, message append
 #            latency, and concurrent appends on one session (local store,
 #            moto, moto with per-call latency)
+#   agent  — the agent surface, `content` and `mcp`: release sizes next to
+#            `find` and `search-context`, the dependency count rmcp adds,
+#            and the `bench_agent` binary (tests/src/bin/bench_agent.rs):
+#            init of `content`, `mcp` and `find` (spawn → first runtime-API
+#            poll, against a fake Lambda Runtime API on loopback) with peak
+#            RSS and the first invocation, then a warm MCP `search` call in
+#            context mode next to the same REST call, in-process (USE-m3)
 #
-#   scripts/bench.sh                 # all five
+#   scripts/bench.sh                 # all six
 #   scripts/bench.sh index size      # some of them
 #
 # Environment: BENCH_RECORDS (default "10000 100000"), BENCH_REPEAT (5),
@@ -26,7 +33,8 @@
 # `context`: BENCH_PLAN_RUNS (300), BENCH_HASHED=1 (hashed embedder instead
 # of USE-m3); for `sessions`: BENCH_APPENDS (600), BENCH_SLOW_APPENDS (100,
 # the appends with latency), BENCH_CONCURRENT ("32,128"),
-# BENCH_SESSIONS_USE_M3=1 (the USE-m3 embedder instead of the hashed one).
+# BENCH_SESSIONS_USE_M3=1 (the USE-m3 embedder instead of the hashed one);
+# for `agent`: BENCH_SPAWNS (100), BENCH_CALLS (500), BENCH_HASHED=1.
 #
 # Release builds use the workspace profile (fat LTO, codegen-units 1): each
 # takes minutes on a small machine. Everything started here is stopped on
@@ -40,7 +48,7 @@ repeat=${BENCH_REPEAT:-5}
 queries=${BENCH_QUERIES:-200}
 port=${BENCH_PORT:-9011}
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(index size serve context sessions)
+[ ${#parts[@]} -eq 0 ] && parts=(index size serve context sessions agent)
 want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 
 say() { printf '\n### %s\n' "$*"; }
@@ -112,6 +120,37 @@ if want size; then
   else
     echo "cargo-lambda is not installed: skipped"
   fi
+fi
+
+if want agent; then
+  if [ -z "${BENCH_HASHED:-}" ] && [ ! -f .skald/models/use-m3/model.bin ] && [ -z "${SKALD_USE_M3_DIR:-}" ]; then
+    echo "the USE-m3 model is missing: run scripts/setup-model.sh (or set BENCH_HASHED=1)" >&2
+    exit 1
+  fi
+  # One build for the four: cargo unifies the library's features across
+  # them (`find` and `content` get `assemble` and `bedrock` compiled in, and
+  # fat LTO drops what they never call).
+  say "agent: cargo build --release -p content -p mcp -p find -p search-context"
+  start=$(date +%s)
+  cargo build --quiet --release -p content -p mcp -p find -p search-context
+  echo "build: $(($(date +%s) - start)) s (0 when nothing was stale)"
+  ls -l target/release/content target/release/mcp target/release/find target/release/search-context
+  say "agent: cargo tree -p <package> -e normal --prefix none | sort -u | wc -l"
+  for p in mcp search-context content find; do
+    # The second figure counts each package once ("(*)" repeats removed).
+    printf '  %-15s %4s lines, %4s packages\n' "$p" \
+      "$(cargo tree -p "$p" -e normal --prefix none | sort -u | wc -l)" \
+      "$(cargo tree -p "$p" -e normal --prefix none | sed 's/ (\*)$//' | sort -u | wc -l)"
+  done
+  echo "  in mcp's tree, not in search-context's:"
+  comm -23 <(cargo tree -p mcp -e normal --prefix none 2>/dev/null | sed 's/ (\*)$//' | sort -u) \
+    <(cargo tree -p search-context -e normal --prefix none 2>/dev/null | sed 's/ (\*)$//' | sort -u) | sed 's/^/    /'
+  flags=(--spawns "${BENCH_SPAWNS:-100}" --calls "${BENCH_CALLS:-500}")
+  [ -n "${BENCH_HASHED:-}" ] && flags+=(--hashed)
+  say "agent: cargo build --release -p skald-tests --bin bench_agent"
+  cargo build --quiet --release -p skald-tests --bin bench_agent
+  say "agent: target/release/bench_agent ${flags[*]}"
+  target/release/bench_agent "${flags[@]}"
 fi
 
 watch_pid=
