@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::error::ApiError;
 use super::fields::Query;
-use super::{Admitted, admit_method, error_response, ok, within_deadline};
+use super::{Admitted, admit_method, error_response, json_response, ok, within_deadline};
 use crate::app::App;
 use crate::config::IdentityMode;
 use crate::content::{Content, Entry, Lines, ListOptions, MAX_NODE_LIMIT};
@@ -73,17 +73,12 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
     };
     let query = Query::parse(request.uri().query());
     match within_deadline(&admitted.deadline, run(app, &admitted, route, query)).await {
-        Ok((result, truncated)) => {
-            let mut response = ok(result, None);
-            if truncated {
-                // `{"status":"ok","result":…,"truncated":true}`: clients that
-                // read `result` are unaffected.
-                let body = response.body_mut();
-                body.truncate(body.len().saturating_sub(1));
-                body.push_str(",\"truncated\":true}");
-            }
-            response
+        // `{"status":"ok","result":…,"truncated":true}`: clients that read
+        // `result` are unaffected.
+        Ok((result, true)) => {
+            json_response(StatusCode::OK, &json!({ "status": "ok", "result": result, "truncated": true }))
         }
+        Ok((result, false)) => ok(result, None),
         Err(e) => error_response(&e),
     }
 }
@@ -99,10 +94,10 @@ fn health(app: &App, method: &Method) -> Response<String> {
         IdentityMode::Authorizer => "authorizer",
     };
     let body = json!({ "status": "ok", "healthy": true, "version": VERSION, "auth_mode": auth_mode });
-    let body = if method == Method::HEAD { String::new() } else { body.to_string() };
-    let mut response = Response::new(body);
-    *response.status_mut() = StatusCode::OK;
-    response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    let mut response = json_response(StatusCode::OK, &body);
+    if method == Method::HEAD {
+        response.body_mut().clear();
+    }
     response
 }
 
