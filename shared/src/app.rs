@@ -57,7 +57,7 @@ impl App {
     #[must_use]
     pub fn with_parts(config: Config, store: SharedStore, embedder: Arc<dyn Embedder>) -> Self {
         let revalidate = Duration::from_millis(config.index.revalidate_after_ms);
-        let index = IndexCache::new(Arc::clone(&store), revalidate);
+        let index = IndexCache::new(Arc::clone(&store), revalidate, config.index.cache_max_bytes);
         #[cfg(feature = "llm")]
         let models = crate::llm::Models::new(config.llm.clone(), config.query_planner.clone());
         Self {

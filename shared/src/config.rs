@@ -237,11 +237,25 @@ pub struct IndexConfig {
     /// How long a warm process trusts its loaded index before it checks the
     /// manifest's etag again, in milliseconds. Default 0 (every request).
     pub revalidate_after_ms: u64,
+    /// The most estimated memory, in bytes, the warm process keeps in
+    /// loaded indexes (vectors and records) across accounts; beyond it the
+    /// least recently used accounts' indexes are dropped and reloaded on
+    /// their next request. Default 201326592 (192 MiB, for a 512 MB
+    /// function that also maps the 82 MB USE-m3 model).
+    pub cache_max_bytes: usize,
 }
+
+/// [`IndexConfig::cache_max_bytes`]'s default.
+pub const DEFAULT_CACHE_MAX_BYTES: usize = 192 * 1024 * 1024;
 
 impl Default for IndexConfig {
     fn default() -> Self {
-        Self { abstract_max_bytes: 400, embed_max_bytes: 2000, revalidate_after_ms: 0 }
+        Self {
+            abstract_max_bytes: 400,
+            embed_max_bytes: 2000,
+            revalidate_after_ms: 0,
+            cache_max_bytes: DEFAULT_CACHE_MAX_BYTES,
+        }
     }
 }
 

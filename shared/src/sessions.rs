@@ -9,8 +9,18 @@
 //!
 //! Appends are safe under concurrency: each message claims its sequence
 //! number by creating its object (create-if-absent), then `meta.json` is
-//! updated by compare-and-swap, retried on conflict. A message sent with an
-//! `id` that the session already holds is not appended again.
+//! updated by compare-and-swap, retried on conflict. A message exists only
+//! once the meta records it: the meta's `gaps` name the slots below its
+//! `next_seq` that it does not record (claims still in flight, or left by
+//! appends that failed after claiming), and every read skips them. A
+//! message sent with an `id` that the session already holds is not
+//! appended again.
+//!
+//! When S3 leaves a write's outcome unknown (a timeout, a 5xx, or a 412
+//! that may answer the SDK's retry of our own landed write), the next read
+//! decides: a slot holding our message id is our claim; a meta recording
+//! our message id at our claimed sequence number is our landed update. No
+//! slot the meta records is ever deleted.
 //!
 //! A commit ([`Sessions::plan_commit`], then [`Sessions::write_archive`])
 //! archives the messages since the last archive: it claims
@@ -32,6 +42,9 @@ use crate::uri::{VikingUri, tree_key};
 
 /// Compare-and-swap attempts before an append gives up.
 const CAS_ATTEMPTS: u32 = 64;
+/// Writes in a row whose outcome is unknown (each followed by the read
+/// that decides) before an operation gives up with the store's error.
+const UNKNOWN_ATTEMPTS: u32 = 3;
 /// Message ids remembered per session for idempotent appends.
 pub const REMEMBERED_IDS: usize = 512;
 
@@ -115,6 +128,15 @@ pub struct SessionMeta {
     /// The most recent client message ids (for idempotent appends).
     #[serde(default)]
     pub recent_message_ids: VecDeque<String>,
+    /// The sequence numbers of the newest `recent_message_ids`, aligned with
+    /// their tail (a meta written before they were kept has fewer).
+    #[serde(default)]
+    pub recent_message_seqs: VecDeque<u64>,
+    /// Sequence numbers between the archive mark and `next_seq` that hold
+    /// no recorded message (sorted): slots claimed by appends that have not
+    /// recorded them yet, or never will. Reads skip them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<u64>,
     /// Archives made by commits (`history/archive_001` … `archive_{N}`).
     #[serde(default)]
     pub commit_count: u64,
@@ -143,6 +165,58 @@ impl SessionMeta {
     #[must_use]
     pub fn end_seq(&self) -> u64 {
         self.next_seq.max(self.total_message_count)
+    }
+
+    /// Whether the meta records a message at `seq`.
+    #[must_use]
+    pub fn records(&self, seq: u64) -> bool {
+        seq >= self.archived_seq && seq < self.end_seq() && self.gaps.binary_search(&seq).is_err()
+    }
+
+    /// The recorded sequence numbers in `range`, ascending.
+    pub fn recorded_in(&self, range: std::ops::Range<u64>) -> impl Iterator<Item = u64> + '_ {
+        range.filter(|seq| self.records(*seq))
+    }
+
+    /// Whether message `id` was appended: `None` when not (as far as the
+    /// remembered ids go); `Some(seq)` with its sequence number when the
+    /// meta kept it.
+    #[must_use]
+    pub fn appended(&self, id: &str) -> Option<Option<u64>> {
+        let at = self.recent_message_ids.iter().rposition(|m| m == id)?;
+        let offset = self.recent_message_ids.len().saturating_sub(self.recent_message_seqs.len());
+        Some(at.checked_sub(offset).and_then(|i| self.recent_message_seqs.get(i).copied()))
+    }
+
+    /// Records message `id` at `seq` (a slot claimed by this append): the
+    /// counters, the gaps it opens or closes, the remembered ids.
+    fn record(&mut self, id: &str, seq: u64, tokens: u64, is_user: bool, now: &str) {
+        let end = self.end_seq();
+        if seq >= end {
+            self.gaps.extend(end..seq);
+            self.next_seq = seq + 1;
+        } else if let Ok(at) = self.gaps.binary_search(&seq) {
+            self.gaps.remove(at);
+        }
+        self.next_seq = self.next_seq.max(self.end_seq());
+        self.total_message_count += 1;
+        self.pending_tokens += tokens;
+        if is_user {
+            self.user_turn_count += 1;
+        }
+        self.updated_at = now.to_owned();
+        // Align the seqs with the ids' tail before both grow.
+        while self.recent_message_seqs.len() > self.recent_message_ids.len() {
+            self.recent_message_seqs.pop_front();
+        }
+        self.recent_message_ids.push_back(id.to_owned());
+        self.recent_message_seqs.push_back(seq);
+        while self.recent_message_ids.len() > REMEMBERED_IDS {
+            self.recent_message_ids.pop_front();
+        }
+        while self.recent_message_seqs.len() > self.recent_message_ids.len() {
+            self.recent_message_seqs.pop_front();
+        }
     }
 }
 
@@ -175,6 +249,12 @@ pub struct StoredMessage {
     pub source_message_ids: Option<Vec<String>>,
     /// Its sequence number in the session.
     pub seq: u64,
+    /// The token of the append that claimed the slot: a slot read back
+    /// after an unknown outcome is this append's own only when it holds
+    /// this append's token (a concurrent retry of the same message has
+    /// another).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub claim: Option<String>,
 }
 
 impl StoredMessage {
@@ -264,15 +344,27 @@ impl<'a> Sessions<'a> {
     ///
     /// # Errors
     /// Store or decoding errors.
+    ///
+    /// A body that does not decode is read once more before it counts as
+    /// corrupt (a response cut in transit decodes on the second read).
     pub async fn meta(&self, id: &SessionId) -> Result<Option<(SessionMeta, String)>, SessionError> {
-        match self.store.get(&self.meta_key(id)).await {
-            Ok(object) => {
-                let meta = serde_json::from_slice(&object.body)
-                    .map_err(|e| SessionError::Corrupt(format!("meta of {}: {e}", id.as_str())))?;
-                Ok(Some((meta, object.meta.etag)))
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let object = match self.store.get(&self.meta_key(id)).await {
+                Ok(object) => object,
+                Err(StoreError::NotFound(_)) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            match serde_json::from_slice(&object.body) {
+                Ok(meta) => return Ok(Some((meta, object.meta.etag))),
+                Err(e) if attempt >= 2 => {
+                    return Err(SessionError::Corrupt(format!("meta of {}: {e}", id.as_str())));
+                }
+                Err(e) => {
+                    tracing::warn!(session = id.as_str(), error = %e, "session meta does not decode; reading it again")
+                }
             }
-            Err(StoreError::NotFound(_)) => Ok(None),
-            Err(e) => Err(e.into()),
         }
     }
 
@@ -318,10 +410,19 @@ impl<'a> Sessions<'a> {
     /// Cost: 3 store round trips in a row — a meta read (plus a meta create
     /// for a new session), a message create and a meta compare-and-swap;
     /// under contention each further attempt is a meta read and a
-    /// compare-and-swap.
+    /// compare-and-swap. A write whose outcome is unknown costs one read
+    /// that decides (the slot, or the meta).
+    ///
+    /// Unknown outcomes: a slot create that may have landed is read back (our
+    /// claim token there: the slot is ours); a meta update that may have
+    /// landed is decided by the next meta read (our id recorded at our
+    /// sequence number: it landed). An error leaves at most a claimed slot
+    /// the meta does not record, which no read shows; a retry with the same
+    /// message id appends it once.
     ///
     /// # Errors
-    /// Store errors, or contention after many retries.
+    /// Store errors (after [`UNKNOWN_ATTEMPTS`] unknown outcomes in a row),
+    /// or contention after many retries.
     pub async fn append(
         &self,
         id: &SessionId,
@@ -329,7 +430,10 @@ impl<'a> Sessions<'a> {
         now: &str,
     ) -> Result<Appended, SessionError> {
         let is_user = message.role == "user";
+        let tokens = message.token_estimate();
+        message.claim = Some(format!("{:016x}", crate::index::unique()));
         let mut claimed: Option<u64> = None;
+        let mut unknown = 0;
         // The first attempt works on the meta read (or created) here.
         let mut first = Some(self.meta_or_create(id, now).await?);
         for attempt in 1..=CAS_ATTEMPTS {
@@ -337,48 +441,98 @@ impl<'a> Sessions<'a> {
                 Some((meta, etag, _)) => (meta, etag),
                 None => self.meta(id).await?.ok_or_else(|| SessionError::NotFound(id.as_str().to_owned()))?,
             };
-            if meta.recent_message_ids.contains(&message.id) {
-                if let Some(seq) = claimed {
-                    // A concurrent retry of the same message won: give our slot back.
-                    let _ = self.store.delete(&self.message_key(id, seq)).await;
+            match meta.appended(&message.id) {
+                // Our own update, whose outcome was unknown, landed.
+                Some(Some(seq)) if Some(seq) == claimed => return Ok(Appended { meta, added: true }),
+                Some(_) => {
+                    // An earlier request (or a concurrent retry) appended it.
+                    if let Some(seq) = claimed {
+                        self.give_back(id, seq).await;
+                    }
+                    return Ok(Appended { meta, added: false });
                 }
-                return Ok(Appended { meta, added: false });
+                None => {}
+            }
+            if let Some(seq) = claimed.filter(|seq| *seq < meta.archived_seq) {
+                // A commit archived past our slot while we waited: claim anew.
+                self.give_back(id, seq).await;
+                claimed = None;
             }
             let seq = match claimed {
                 Some(seq) => seq,
                 None => {
-                    let mut seq = meta.next_seq.max(meta.total_message_count);
-                    loop {
-                        message.seq = seq;
-                        let body = encode(&message)?;
-                        match self.store.put(&self.message_key(id, seq), body, PutMode::CreateNew).await {
-                            Ok(_) => break,
-                            Err(StoreError::Conflict(_)) => seq += 1,
-                            Err(e) => return Err(e.into()),
-                        }
-                    }
+                    let seq = self.claim_slot(id, &mut message, meta.end_seq()).await?;
                     claimed = Some(seq);
                     seq
                 }
             };
-            meta.total_message_count += 1;
-            meta.pending_tokens += message.token_estimate();
-            meta.next_seq = meta.next_seq.max(meta.total_message_count).max(seq + 1);
-            if is_user {
-                meta.user_turn_count += 1;
-            }
-            meta.updated_at = now.to_owned();
-            meta.recent_message_ids.push_back(message.id.clone());
-            while meta.recent_message_ids.len() > REMEMBERED_IDS {
-                meta.recent_message_ids.pop_front();
-            }
+            meta.record(&message.id, seq, tokens, is_user, now);
             match self.store.put(&self.meta_key(id), encode(&meta)?, PutMode::IfMatch(etag)).await {
                 Ok(_) => return Ok(Appended { meta, added: true }),
                 Err(StoreError::Conflict(_)) => backoff(attempt).await,
+                Err(e @ StoreError::Backend { .. }) => {
+                    unknown += 1;
+                    if unknown >= UNKNOWN_ATTEMPTS {
+                        return Err(e.into());
+                    }
+                    tracing::warn!(session = id.as_str(), error = %e, "session meta write outcome unknown; reading it back");
+                    backoff(attempt).await;
+                }
                 Err(e) => return Err(e.into()),
             }
         }
         Err(SessionError::Contention(id.as_str().to_owned()))
+    }
+
+    /// Claims the first free slot at or after `from` for `message` (its
+    /// `seq` set to the slot) by create-if-absent. A create that answers
+    /// "taken" or fails without an answer is read back: a slot that holds
+    /// this append's claim token is its own; a missing one after an
+    /// unknown outcome is tried again; any other is the next slot's turn.
+    ///
+    /// # Errors
+    /// Store errors (after [`UNKNOWN_ATTEMPTS`] unknown outcomes in a row).
+    async fn claim_slot(&self, id: &SessionId, message: &mut StoredMessage, from: u64) -> Result<u64, SessionError> {
+        let mut seq = from;
+        let mut unknown = 0;
+        loop {
+            message.seq = seq;
+            let key = self.message_key(id, seq);
+            let error = match self.store.put(&key, encode(&*message)?, PutMode::CreateNew).await {
+                Ok(_) => return Ok(seq),
+                Err(e @ (StoreError::Conflict(_) | StoreError::Backend { .. })) => e,
+                Err(e) => return Err(e.into()),
+            };
+            let ambiguous = matches!(error, StoreError::Backend { .. });
+            if ambiguous {
+                unknown += 1;
+                if unknown >= UNKNOWN_ATTEMPTS {
+                    return Err(error.into());
+                }
+            }
+            match self.store.get(&key).await {
+                Ok(object) => {
+                    let holder = serde_json::from_slice::<StoredMessage>(&object.body).map(|m| m.claim);
+                    if holder.ok().flatten().is_some_and(|claim| message.claim.as_ref() == Some(&claim)) {
+                        return Ok(seq);
+                    }
+                    seq += 1;
+                }
+                // Nothing landed: try the same slot again.
+                Err(StoreError::NotFound(_)) if ambiguous => {}
+                // Taken, then given back: the next slot.
+                Err(StoreError::NotFound(_)) => seq += 1,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Deletes slot `seq`, claimed by this append and recorded by no meta
+    /// (so no read shows it). A failed delete leaves it, still unseen.
+    async fn give_back(&self, id: &SessionId, seq: u64) {
+        if let Err(e) = self.store.delete(&self.message_key(id, seq)).await {
+            tracing::debug!(session = id.as_str(), seq, error = %e, "an unrecorded message slot was not deleted");
+        }
     }
 
     /// The last `n` messages not yet archived, oldest first: the `n` slots
@@ -396,19 +550,27 @@ impl<'a> Sessions<'a> {
         meta: &SessionMeta,
         n: usize,
     ) -> Result<Vec<StoredMessage>, SessionError> {
-        let end = meta.end_seq();
-        let start = end.saturating_sub(n as u64).max(meta.archived_seq);
-        self.messages_in(id, start..end).await
+        let mut seqs: Vec<u64> =
+            (meta.archived_seq..meta.end_seq()).rev().filter(|s| meta.records(*s)).take(n).collect();
+        seqs.reverse();
+        self.messages_at(id, seqs).await
     }
 
-    /// The messages with sequence numbers in `range`, oldest first, read
-    /// concurrently (gaps skipped).
+    /// The messages the meta records with sequence numbers in `range`,
+    /// oldest first, read concurrently (gaps skipped).
     async fn messages_in(
         &self,
         id: &SessionId,
+        meta: &SessionMeta,
         range: std::ops::Range<u64>,
     ) -> Result<Vec<StoredMessage>, SessionError> {
-        let reads = range.map(|seq| {
+        self.messages_at(id, meta.recorded_in(range).collect()).await
+    }
+
+    /// The messages at `seqs`, in that order, [`READ_CONCURRENCY`] reads at
+    /// a time; a missing slot is skipped.
+    async fn messages_at(&self, id: &SessionId, seqs: Vec<u64>) -> Result<Vec<StoredMessage>, SessionError> {
+        let reads = seqs.into_iter().map(|seq| {
             let key = self.message_key(id, seq);
             async move {
                 match self.store.get(&key).await {
@@ -503,6 +665,14 @@ pub struct CommitPlan {
     pub range: ArchiveRange,
     /// The messages to archive, oldest first.
     pub messages: Vec<StoredMessage>,
+    /// The range's unrecorded slots when it was read: the archive is
+    /// written only while the meta still says so.
+    pub gaps: Vec<u64>,
+}
+
+/// The meta's gaps within `range`.
+fn gaps_in(meta: &SessionMeta, range: std::ops::Range<u64>) -> Vec<u64> {
+    meta.gaps.iter().copied().filter(|seq| range.contains(seq)).collect()
 }
 
 /// Why a commit archived nothing (the reference's `reason`).
@@ -605,12 +775,13 @@ impl Sessions<'_> {
             Err(e) => return Err(e.into()),
         };
         if let Some(claim) = claimed {
-            let messages = self.messages_in(id, claim.from_seq..claim.to_seq).await?;
+            let messages = self.messages_in(id, &meta, claim.from_seq..claim.to_seq).await?;
+            let gaps = gaps_in(&meta, claim.from_seq..claim.to_seq);
             let range = ArchiveRange { message_count: messages.len() as u64, ..claim };
-            return Ok(Ok(CommitPlan { range, messages }));
+            return Ok(Ok(CommitPlan { range, messages, gaps }));
         }
         let end = meta.end_seq();
-        let mut messages = self.messages_in(id, meta.archived_seq..end).await?;
+        let mut messages = self.messages_in(id, &meta, meta.archived_seq..end).await?;
         if messages.is_empty() {
             return Ok(Err(SkipReason::NoMessages));
         }
@@ -633,7 +804,8 @@ impl Sessions<'_> {
             created_at: now.to_owned(),
             summary: String::new(),
         };
-        Ok(Ok(CommitPlan { range, messages }))
+        let gaps = gaps_in(&meta, range.from_seq..range.to_seq);
+        Ok(Ok(CommitPlan { range, messages, gaps }))
     }
 
     /// Writes the archive `plan` describes with `summary` (`how`: `llm` or
@@ -665,8 +837,14 @@ impl Sessions<'_> {
         let claim_key = self.archive_key(id, range.index, ".meta.json");
         match self.store.put(&claim_key, encode(&range)?, PutMode::CreateNew).await {
             Ok(_) => {}
-            Err(StoreError::Conflict(_)) => {
-                let existing = self.store.get(&claim_key).await?;
+            // Taken, or unknown: whose claim is there decides.
+            Err(e @ (StoreError::Conflict(_) | StoreError::Backend { .. })) => {
+                let existing = match self.store.get(&claim_key).await {
+                    Ok(existing) => existing,
+                    // An unknown outcome that did not land: a retry claims.
+                    Err(StoreError::NotFound(_)) => return Err(e.into()),
+                    Err(read) => return Err(read.into()),
+                };
                 let theirs: ArchiveRange = serde_json::from_slice(&existing.body)
                     .map_err(|e| SessionError::Corrupt(format!("archive claim {claim_key}: {e}")))?;
                 if (theirs.from_seq, theirs.to_seq) != (range.from_seq, range.to_seq) {
@@ -685,6 +863,7 @@ impl Sessions<'_> {
         overview?;
         abstract_?;
         let archived_tokens: u64 = plan.messages.iter().map(StoredMessage::token_estimate).sum();
+        let mut unknown = 0;
         for attempt in 1..=CAS_ATTEMPTS {
             let (mut meta, etag) =
                 self.meta(id).await?.ok_or_else(|| SessionError::NotFound(id.as_str().to_owned()))?;
@@ -692,8 +871,14 @@ impl Sessions<'_> {
                 // This commit (or an earlier attempt of it) already landed.
                 return Ok(meta);
             }
+            if gaps_in(&meta, range.from_seq..range.to_seq) != plan.gaps {
+                // A late append recorded a slot in the range after the plan
+                // read it: plan again (the claim keeps the range).
+                return Err(SessionError::Contention(id.as_str().to_owned()));
+            }
             meta.commit_count = meta.commit_count.max(range.index);
             meta.archived_seq = range.to_seq;
+            meta.gaps.retain(|seq| *seq >= range.to_seq);
             meta.archived_message_count += range.message_count;
             meta.pending_tokens = meta.pending_tokens.saturating_sub(archived_tokens);
             meta.last_commit_at = now.to_owned();
@@ -701,6 +886,14 @@ impl Sessions<'_> {
             match self.store.put(&self.meta_key(id), encode(&meta)?, PutMode::IfMatch(etag)).await {
                 Ok(_) => return Ok(meta),
                 Err(StoreError::Conflict(_)) => backoff(attempt).await,
+                // Unknown: the next read shows the mark moved, or not.
+                Err(e @ StoreError::Backend { .. }) => {
+                    unknown += 1;
+                    if unknown >= UNKNOWN_ATTEMPTS {
+                        return Err(e.into());
+                    }
+                    backoff(attempt).await;
+                }
                 Err(e) => return Err(e.into()),
             }
         }
@@ -741,7 +934,7 @@ impl Sessions<'_> {
         ));
         let start = meta.end_seq().saturating_sub(MAX_CONTEXT_MESSAGES).max(meta.archived_seq);
         let (overview, abstracts, messages) =
-            tokio::join!(overview, abstracts, self.messages_in(id, start..meta.end_seq()));
+            tokio::join!(overview, abstracts, self.messages_in(id, &meta, start..meta.end_seq()));
         let mut context = SessionContext { total_archives: newest, ..SessionContext::default() };
         let mut left = token_budget;
         let mut take = |tokens: u64| {
@@ -885,6 +1078,7 @@ mod tests {
             peer_id: None,
             source_message_ids: None,
             seq: 0,
+            claim: None,
         };
         assert_eq!(m.text(), "a\nb");
         m.content = Some("c".into());

@@ -10,6 +10,9 @@
 //!   its echo answers standalone).
 //! - [`counting`]: a [`skald::store::Store`] wrapper that records every
 //!   call, so tests can assert how many store round trips a route makes.
+//! - [`faults`]: a [`skald::store::Store`] wrapper that injects S3's faults
+//!   (writes that land but report a timeout or 412, throttling, truncated
+//!   or foreign bodies, lagging listings), scripted or at random.
 //! - [`xml`]: a rendered block parsed back with a real XML parser.
 //! - [`bench_util`]: what the bench binaries (`src/bin/bench*.rs`) share:
 //!   statistics and tables, flags, the demo app over a temporary store, the
@@ -17,6 +20,7 @@
 
 pub mod bench_util;
 pub mod counting;
+pub mod faults;
 pub mod fixture;
 pub mod model_server;
 pub mod moto;

@@ -70,6 +70,7 @@ index_suite!(
     concurrent_compactions_keep_every_segment,
     mixing_embedders_is_refused,
     cache_reuses_and_revalidates_snapshots,
+    cache_keeps_within_its_memory_bound,
     events_decay_with_age,
 );
 
@@ -782,7 +783,7 @@ async fn mixing_embedders_is_refused(store: &SharedStore) {
 }
 
 async fn cache_reuses_and_revalidates_snapshots(store: &SharedStore) {
-    let cache = IndexCache::new(Arc::clone(store), Duration::ZERO);
+    let cache = IndexCache::new(Arc::clone(store), Duration::ZERO, usize::MAX);
     let name = |i: usize| format!("viking://resources/cache/{i}.md");
     let one = |i: usize| segment(vec![(record(&name(i), LEVEL_FILE), axis(i))], &[]);
 
@@ -816,7 +817,7 @@ async fn cache_reuses_and_revalidates_snapshots(store: &SharedStore) {
     assert!(Arc::ptr_eq(&s2, &cache.snapshot(&account()).await.expect("snapshot 2, once more")));
 
     // A long revalidation interval: the stale snapshot is returned.
-    let lazy = IndexCache::new(Arc::clone(store), Duration::from_secs(3600));
+    let lazy = IndexCache::new(Arc::clone(store), Duration::from_secs(3600), usize::MAX);
     let l1 = lazy.snapshot(&account()).await.expect("lazy snapshot");
     assert_eq!(l1.len(), 2);
     commit_ok(store, &one(2)).await;
@@ -828,7 +829,7 @@ async fn cache_reuses_and_revalidates_snapshots(store: &SharedStore) {
 
     // A short interval: stale until it expires, then revalidated.
     let window = Duration::from_millis(1500);
-    let short = IndexCache::new(Arc::clone(store), window);
+    let short = IndexCache::new(Arc::clone(store), window, usize::MAX);
     let before_first = Instant::now();
     let t1 = short.snapshot(&account()).await.expect("short snapshot");
     let after_first = Instant::now();
@@ -844,6 +845,43 @@ async fn cache_reuses_and_revalidates_snapshots(store: &SharedStore) {
     let fresh = short.snapshot(&account()).await.expect("short, expired");
     assert!(!Arc::ptr_eq(&t1, &fresh), "after expiry the manifest is checked again");
     assert_eq!(fresh.len(), 4);
+}
+
+async fn cache_keeps_within_its_memory_bound(store: &SharedStore) {
+    let accounts: Vec<AccountId> = ["a1", "a2", "a3"].iter().map(|a| AccountId::new(a).expect("account")).collect();
+    for (n, account) in accounts.iter().enumerate() {
+        let rows =
+            (0..20 + n).map(|i| (record(&format!("viking://resources/m/{i}.md"), LEVEL_FILE), axis(i))).collect();
+        commit(store, account, &embedder(), &segment(rows, &[])).await.expect("commit");
+    }
+    let one = IndexSnapshot::load(store, &accounts[2], None).await.expect("load").memory_bytes();
+    assert!(one > 20 * DIM * 4, "the estimate counts the vectors at least: {one}");
+    // Room for two accounts' indexes, not three.
+    let counting = skald_tests::counting::CountingStore::new(Arc::clone(store));
+    let cache = IndexCache::new(Arc::clone(&counting) as SharedStore, Duration::ZERO, one * 2 + one / 2);
+    for account in &accounts {
+        assert_eq!(
+            cache.snapshot(account).await.expect("snapshot").len(),
+            20 + accounts.iter().position(|a| a == account).unwrap_or(0)
+        );
+        assert!(cache.usage().bytes <= cache.usage().max_bytes, "{:?}", cache.usage());
+    }
+    assert!(cache.usage().bytes > one, "two accounts stay warm: {:?}", cache.usage());
+    counting.take();
+    // a3 and a2 are warm (a HEAD each); a1, the least recently used, was
+    // dropped and loads again (manifest and segment GETs).
+    cache.snapshot(&accounts[2]).await.expect("warm");
+    cache.snapshot(&accounts[1]).await.expect("warm");
+    let ops: Vec<&str> = counting.take().iter().map(|c| c.op).collect();
+    assert_eq!(ops, ["HEAD", "HEAD"]);
+    cache.snapshot(&accounts[0]).await.expect("reloaded");
+    let ops: Vec<&str> = counting.take().iter().map(|c| c.op).collect();
+    assert_eq!(ops, ["GET", "GET"], "the evicted account is loaded again");
+    // One account alone over the bound is still served.
+    let tiny = IndexCache::new(Arc::clone(store), Duration::ZERO, 1);
+    assert_eq!(tiny.snapshot(&accounts[0]).await.expect("served").len(), 20);
+    assert_eq!(tiny.snapshot(&accounts[1]).await.expect("served").len(), 21);
+    assert!(tiny.usage().bytes < one * 2, "only the last account is held: {:?}", tiny.usage());
 }
 
 async fn events_decay_with_age(store: &SharedStore) {

@@ -1490,6 +1490,7 @@ fn every_api_error() -> Vec<ApiError> {
         ApiError::PayloadTooLarge { size: 1, limit: 0 },
         ApiError::Conflict(String::new()),
         ApiError::Unavailable(String::new()),
+        ApiError::dependency("the store is unavailable; retry", "detail"),
         ApiError::Internal(String::new()),
     ];
     for e in &all {
@@ -1503,6 +1504,7 @@ fn every_api_error() -> Vec<ApiError> {
             | ApiError::PayloadTooLarge { .. }
             | ApiError::Conflict(_)
             | ApiError::Unavailable(_)
+            | ApiError::Dependency { .. }
             | ApiError::Internal(_) => {}
         }
     }

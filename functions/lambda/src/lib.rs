@@ -8,9 +8,11 @@
 pub mod s3_events;
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use futures_util::FutureExt as _;
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Error, RequestExt as _, service_fn};
 use serde_json::{Map, Value};
@@ -95,14 +97,39 @@ where
     Fut: Future<Output = http::Response<String>>,
 {
     let started = Instant::now();
+    // Lambda's request id; a local stand-in of the runtime may send none.
+    let request_id = event
+        .lambda_context_ref()
+        .map(|c| c.request_id.clone())
+        .filter(|id| !id.is_empty())
+        .unwrap_or_else(|| format!("local-{:016x}", skald::index::unique()));
     let request = to_library_request(event);
     let (method, path) = (request.method().clone(), request.uri().path().to_owned());
-    let response = handler(Arc::clone(app), request).await;
+    // Boxed: the handler's future is large, and the runtime moves this one.
+    let handled = Box::pin(skald::api::with_request_id(request_id.clone(), handler(Arc::clone(app), request)));
+    // A panic answers this request with a 500 and leaves the warm process
+    // (its caches, its connections) serving the next one.
+    let response = match AssertUnwindSafe(handled).catch_unwind().await {
+        Ok(response) => response,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(%method, path, request_id, panic = message, "the handler panicked; answered 500");
+            skald::api::panic_response(request_id.clone())
+        }
+    };
+    let cache = app.index.usage();
     tracing::info!(
         %method,
         path,
         status = response.status().as_u16(),
         ms = started.elapsed().as_secs_f64() * 1000.0,
+        request_id,
+        index_cache_bytes = cache.bytes,
+        index_cache_max_bytes = cache.max_bytes,
         "request"
     );
     to_lambda_response(response)
@@ -129,6 +156,28 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_handler_answers_500_and_the_next_request_is_served() {
+        let dir = std::env::temp_dir().join(format!("skald-lambda-panic-{}", std::process::id()));
+        let store = Arc::new(skald::store::local::LocalStore::open(&dir).expect("a local store"));
+        let embedder = Arc::new(skald::embed::hashed::HashedEmbedder::new(8));
+        let app = Arc::new(App::with_parts(Config::default(), store, embedder));
+        let handler = |_app: Arc<App>, request: http::Request<bytes::Bytes>| async move {
+            assert!(request.uri().path() != "/panic", "a bug on this path");
+            http::Response::new("{\"status\":\"ok\"}".to_owned())
+        };
+        let event = |path: &str| http::Request::builder().uri(path).body(Body::Empty).expect("a request");
+        let crashed = serve(&app, &handler, event("/panic")).await;
+        assert_eq!(crashed.status(), 500);
+        let Body::Text(text) = crashed.body() else { panic!("a text body") };
+        let body: Value = serde_json::from_str(text).expect("the envelope");
+        assert_eq!(body["error"]["code"], "INTERNAL");
+        assert!(body["error"]["request_id"].as_str().is_some_and(|id| !id.is_empty()), "{body}");
+        assert!(!text.contains("a bug on this path"), "the panic message stays in the log: {text}");
+        assert_eq!(serve(&app, &handler, event("/fine")).await.status(), 200);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn a_future_deadline_is_kept_and_a_past_one_ignored() {

@@ -84,6 +84,16 @@ pub enum ApiError {
     /// A dependency failed and nothing useful can be returned: 503.
     #[error("{0}")]
     Unavailable(String),
+    /// A dependency (the store, the stored data, the embedder) failed: 503
+    /// `UNAVAILABLE` with a short message saying what failed; `detail`
+    /// (store keys, the SDK's error chain) goes to the log only.
+    #[error("{what}")]
+    Dependency {
+        /// What failed, for the client: lowercase, no keys, no chains.
+        what: &'static str,
+        /// The library error, for the log.
+        detail: String,
+    },
     /// A bug: 500.
     #[error("{0}")]
     Internal(String),
@@ -108,7 +118,7 @@ impl ApiError {
             Self::Conflict(_) => 409,
             Self::PayloadTooLarge { .. } => 413,
             Self::Internal(_) => 500,
-            Self::Unavailable(_) => 503,
+            Self::Unavailable(_) | Self::Dependency { .. } => 503,
         }
     }
 
@@ -124,16 +134,37 @@ impl ApiError {
             Self::Conflict(_) => "CONFLICT",
             Self::PayloadTooLarge { .. } => "PAYLOAD_TOO_LARGE",
             Self::Internal(_) => "INTERNAL",
-            Self::Unavailable(_) => "UNAVAILABLE",
+            Self::Unavailable(_) | Self::Dependency { .. } => "UNAVAILABLE",
         }
     }
 
-    /// The envelope: `{"status":"error","error":{code,message,details?}}`.
+    /// A dependency failure: `what` for the client, `detail` for the log.
+    #[must_use]
+    pub fn dependency(what: &'static str, detail: impl std::fmt::Display) -> Self {
+        Self::Dependency { what, detail: detail.to_string() }
+    }
+
+    /// What the log gets beyond the client's message (store keys, SDK error
+    /// chains), if anything.
+    #[must_use]
+    pub fn detail(&self) -> Option<&str> {
+        match self {
+            Self::Dependency { detail, .. } => Some(detail),
+            _ => None,
+        }
+    }
+
+    /// The envelope: `{"status":"error","error":{code,message,details?,request_id?}}`
+    /// (`request_id` when the request has one: see
+    /// [`super::request_id`]).
     #[must_use]
     pub fn body(&self) -> Value {
         let mut error = json!({ "code": self.code(), "message": self.to_string() });
         if let Self::Validation(errors) = self {
             error["details"] = json!({ "validation_errors": errors });
+        }
+        if let Some(id) = super::request_id() {
+            error["request_id"] = Value::String(id);
         }
         json!({ "status": "error", "error": error })
     }
@@ -142,10 +173,12 @@ impl ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::NotFound(key) => Self::NotFound(format!("not found: {key}")),
-            StoreError::Conflict(key) => Self::Conflict(format!("concurrent update of {key}; retry")),
-            StoreError::InvalidKey(key) => Self::InvalidArgument(format!("invalid path {key:?}")),
-            other @ StoreError::Backend { .. } => Self::Unavailable(other.to_string()),
+            // A key a route derived itself is missing: the store changed
+            // underneath (a client's own 404s are decided before this).
+            StoreError::NotFound(_) => Self::dependency("stored data is missing or changing; retry", e),
+            StoreError::Conflict(_) => Self::Conflict("a concurrent update won; retry".into()),
+            StoreError::InvalidKey(_) => Self::InvalidArgument("the path is not a valid store path".into()),
+            StoreError::Backend { .. } => Self::dependency("the store is unavailable; retry", e),
         }
     }
 }
@@ -154,8 +187,10 @@ impl From<IndexError> for ApiError {
     fn from(e: IndexError) -> Self {
         match e {
             IndexError::Store(s) => s.into(),
-            IndexError::EmbedderMismatch { .. } | IndexError::Contention(_) => Self::Unavailable(e.to_string()),
-            IndexError::Corrupt(_) => Self::Internal(e.to_string()),
+            IndexError::EmbedderMismatch { .. } => Self::Unavailable(e.to_string()),
+            IndexError::Contention(_) => Self::dependency("the index is busy; retry", e),
+            IndexError::SegmentMissing { .. } => Self::dependency("the index is being rewritten; retry", e),
+            IndexError::Corrupt(_) => Self::dependency("the index data is unreadable", e),
         }
     }
 }
@@ -174,7 +209,7 @@ impl From<ContentError> for ApiError {
 
 impl From<EmbedError> for ApiError {
     fn from(e: EmbedError) -> Self {
-        Self::Unavailable(e.to_string())
+        Self::dependency("the embedder is unavailable; retry", e)
     }
 }
 
@@ -205,6 +240,26 @@ mod tests {
         let err = ApiError::PayloadTooLarge { size: 300_000, limit: 262_144 };
         assert_eq!((err.status(), err.code()), (413, "PAYLOAD_TOO_LARGE"));
         assert!(err.body()["error"].get("details").is_none());
-        assert_eq!(ApiError::from(StoreError::NotFound("k".into())).status(), 404);
+    }
+
+    #[test]
+    fn dependency_failures_tell_the_client_what_failed_and_keep_keys_for_the_log() {
+        let err = ApiError::from(StoreError::Backend {
+            op: "get",
+            key: "accounts/acme/index/manifest.json".into(),
+            message: "dispatch failure: io error: connection reset".into(),
+        });
+        assert_eq!((err.status(), err.code()), (503, "UNAVAILABLE"));
+        let body = err.body().to_string();
+        assert!(!body.contains("accounts/acme") && !body.contains("dispatch"), "{body}");
+        assert!(err.detail().is_some_and(|d| d.contains("accounts/acme/index/manifest.json")));
+        let missing = ApiError::from(IndexError::SegmentMissing { account: "acme".into(), key: "k.seg".into() });
+        assert_eq!(missing.status(), 503);
+        assert!(!missing.body().to_string().contains("k.seg"));
+        assert_eq!(ApiError::from(StoreError::NotFound("k".into())).status(), 503);
+        assert_eq!(
+            ApiError::from(StoreError::Conflict("k".into())).body()["error"]["message"],
+            "a concurrent update won; retry"
+        );
     }
 }

@@ -126,11 +126,38 @@ pub fn ok(result: Value, telemetry: Option<Value>) -> Response<String> {
     json_response(StatusCode::OK, &body)
 }
 
-/// The error envelope with the error's status.
+tokio::task_local! {
+    static REQUEST_ID: String;
+}
+
+/// Runs `work` (a request's handling) with `id` as its request id: error
+/// envelopes built inside it carry the id (`error.request_id`), so a client
+/// can quote it and an operator find the request's log lines.
+pub async fn with_request_id<F: std::future::Future>(id: String, work: F) -> F::Output {
+    REQUEST_ID.scope(id, work).await
+}
+
+/// The id of the request being handled, when the edge gave it one
+/// ([`with_request_id`]).
+#[must_use]
+pub fn request_id() -> Option<String> {
+    REQUEST_ID.try_with(Clone::clone).ok()
+}
+
+/// The answer to request `request_id` whose handler panicked: a 500
+/// envelope that says no more than that (the edge logs the panic).
+#[must_use]
+pub fn panic_response(request_id: String) -> Response<String> {
+    REQUEST_ID
+        .sync_scope(request_id, || error_response(&ApiError::Internal("the request failed unexpectedly; retry".into())))
+}
+
+/// The error envelope with the error's status. A 5xx is logged with what
+/// the client is not told ([`ApiError::detail`]).
 #[must_use]
 pub fn error_response(error: &ApiError) -> Response<String> {
     if error.status() >= 500 {
-        tracing::error!(code = error.code(), message = %error, "request failed");
+        tracing::error!(code = error.code(), message = %error, detail = error.detail().unwrap_or(""), "request failed");
     }
     let status = StatusCode::from_u16(error.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     json_response(status, &error.body())

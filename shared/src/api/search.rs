@@ -472,8 +472,13 @@ fn expansion_enabled(app: &App, requested: bool) -> bool {
 
 /// What context and list mode read of a session before retrieval.
 struct LoadedSession<'a> {
-    /// The dedup ledger (only with `dedup_turns > 0`).
+    /// The dedup ledger (only with `dedup_turns > 0`, and only when the
+    /// session's turn clock could be read).
     ledger: Option<Ledger<'a>>,
+    /// The ledger was asked for but the session's meta could not be read:
+    /// the request goes on without dedup (`stats.dedup.status =
+    /// write_failed`).
+    ledger_failed: bool,
     /// The context for the LLM stages (empty unless asked for).
     context: SessionContext,
     /// Why the context could not be read (the stages then fail softly).
@@ -484,9 +489,10 @@ struct LoadedSession<'a> {
 /// meta then the last messages, the ledger, the archive listing then its
 /// overview — so at most two store round trips in a row.
 ///
-/// # Errors
-/// 503 when the meta cannot be read and the ledger needs it; a context
-/// that cannot be read is reported in [`LoadedSession::context_error`].
+/// Never fails: a meta that cannot be read (unreachable, corrupt) leaves
+/// the request without dedup ([`LoadedSession::ledger_failed`]), and a
+/// context that cannot be read is reported in
+/// [`LoadedSession::context_error`].
 async fn load_session<'a>(
     app: &'a App,
     identity: &Identity,
@@ -511,6 +517,7 @@ async fn load_session<'a>(
         async { if want_context { Some(sessions.latest_archive_overview(id).await) } else { None } },
     );
     let mut context_error = None;
+    let mut meta_failed = false;
     let mut context = SessionContext::default();
     let meta = match first {
         Ok((meta, messages)) => {
@@ -518,27 +525,35 @@ async fn load_session<'a>(
                 Some(Ok(messages)) => {
                     context.messages = messages.iter().map(|m| (m.role.clone(), m.text())).collect();
                 }
-                Some(Err(e)) => context_error = Some(e.to_string()),
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "session messages unreadable");
+                    context_error = Some("the session's messages could not be read".to_owned());
+                }
                 None => {}
             }
             meta
         }
-        Err(e) if want_ledger => return Err(e.into()),
         Err(e) => {
-            context_error = Some(e.to_string());
+            tracing::warn!(error = %e, "session meta unreadable; serving without its turn clock");
+            context_error = Some("the session's meta could not be read".to_owned());
+            meta_failed = true;
             None
         }
     };
+    let ledger_failed = want_ledger && meta_failed;
     match archive {
         Some(Ok(found)) => context.overview = found.map(|(_, text)| text),
-        Some(Err(e)) => context_error = Some(e.to_string()),
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "session archive unreadable");
+            context_error = Some("the session's archive could not be read".to_owned());
+        }
         None => {}
     }
-    let ledger = ledger_read.map(|read| {
+    let ledger = ledger_read.filter(|_| !ledger_failed).map(|read| {
         let turn = meta.as_ref().map_or(0, |m| m.user_turn_count);
         Ledger::from_read(&app.store, ledger_key, read, turn, u64::from(dedup_turns))
     });
-    Ok(LoadedSession { ledger, context, context_error })
+    Ok(LoadedSession { ledger, ledger_failed, context, context_error })
 }
 
 /// The expansion stage for `query`, bounded by the deadline: `off` without
@@ -677,7 +692,11 @@ pub async fn context(
             tracing::warn!(stage, status, error, "llm stage degraded; the block is served without it");
         }
     }
+    let ledger_failed = loaded.as_ref().is_some_and(|l| l.ledger_failed);
     let dedup = match ledger {
+        None if ledger_failed => {
+            DedupStatus { status: "write_failed", ..DedupStatus::off(u64::from(request.dedup_turns)) }
+        }
         None => DedupStatus::off(u64::from(request.dedup_turns)),
         Some(ledger) => {
             let status = if rewritten.status == RewriteStatus::NoRelevant {

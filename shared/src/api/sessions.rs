@@ -46,6 +46,11 @@ pub const NO_EXTRACTION: &str =
 /// Messages a batch may hold.
 pub const MAX_BATCH: usize = 100;
 
+/// Time a batch keeps for each further append: with less left before the
+/// deadline, the batch stops and answers with what it applied
+/// (`"truncated": true`).
+pub const BATCH_APPEND_RESERVE: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// Fields of one message (the reference's `AddMessageRequest`, plus `id`
 /// for idempotent retries).
 pub const MESSAGE_FIELDS: &[&str] = &[
@@ -66,7 +71,7 @@ impl From<SessionError> for ApiError {
         match e {
             SessionError::Store(s) => s.into(),
             SessionError::NotFound(id) => Self::NotFound(format!("session {id} not found")),
-            SessionError::Corrupt(_) => Self::Internal(e.to_string()),
+            SessionError::Corrupt(_) => Self::dependency("the session's stored data is unreadable", e),
             SessionError::Contention(_) => Self::Conflict(e.to_string()),
         }
     }
@@ -258,22 +263,41 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
                 }
             }
             body.finish()?;
-            let mut added = 0;
+            let total = messages.len();
+            let (mut added, mut applied) = (0, 0);
             let mut meta = None;
+            // Each append ends before the soft stop or is not counted (a cut
+            // append's outcome is unknown; a retry with its id applies it
+            // once), so the answer always leaves in time.
+            let stop = tokio::time::Instant::from_std(admitted.deadline.soft_stop());
             for message in messages {
-                let appended = sessions.append(&id, message, &now).await?;
+                if admitted.deadline.remaining(std::time::Instant::now()) < BATCH_APPEND_RESERVE {
+                    break;
+                }
+                let Ok(appended) = tokio::time::timeout_at(stop, sessions.append(&id, message, &now)).await else {
+                    break;
+                };
+                let appended = appended?;
                 added += usize::from(appended.added);
+                applied += 1;
                 meta = Some(appended.meta);
             }
             let meta = match meta {
                 Some(m) => m,
-                None => sessions.create(&id, &now).await?.0,
+                None if total == 0 => sessions.create(&id, &now).await?.0,
+                None => {
+                    return Err(ApiError::Unavailable(
+                        "the request reached its deadline before any message was applied; retry".into(),
+                    ));
+                }
             };
             Ok(json!({
                 "session_id": id.as_str(),
                 "message_count": meta.live_message_count(),
                 "user_turn_count": meta.user_turn_count,
                 "added": added,
+                "applied": applied,
+                "truncated": applied < total,
                 "pending_tokens": meta.pending_tokens,
             }))
         }
@@ -443,6 +467,7 @@ fn parse_message(body: &mut Body, now: &str) -> Option<StoredMessage> {
         peer_id,
         source_message_ids,
         seq: 0,
+        claim: None,
     })
 }
 

@@ -61,6 +61,15 @@ pub enum IndexError {
     /// A manifest or segment could not be decoded.
     #[error("index data is corrupt: {0}")]
     Corrupt(String),
+    /// A segment the manifest lists is missing from the store, on every
+    /// reload of the manifest.
+    #[error("segment {key} of account {account}'s index is missing")]
+    SegmentMissing {
+        /// The account.
+        account: String,
+        /// The segment's store key.
+        key: String,
+    },
     /// Too many concurrent writers: the manifest kept changing.
     #[error("index manifest of account {0} kept changing; commit abandoned after retries")]
     Contention(String),
@@ -130,15 +139,25 @@ fn segment_key(account: &AccountId, body: &[u8]) -> String {
     format!("accounts/{account}/index/segments/{}-{:016x}.seg", content_etag(body), unique())
 }
 
+/// `account`'s manifest and its etag (`None`: no index yet). A body that
+/// does not decode is read once more before it counts as corrupt (a
+/// response cut in transit decodes on the second read).
 async fn read_manifest(store: &SharedStore, account: &AccountId) -> Result<Option<(Manifest, String)>, IndexError> {
-    match store.get(&manifest_key(account)).await {
-        Ok(object) => {
-            let manifest: Manifest = serde_json::from_slice(&object.body)
-                .map_err(|e| IndexError::Corrupt(format!("manifest of account {account}: {e}")))?;
-            Ok(Some((manifest, object.meta.etag)))
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let object = match store.get(&manifest_key(account)).await {
+            Ok(object) => object,
+            Err(StoreError::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        match serde_json::from_slice::<Manifest>(&object.body) {
+            Ok(manifest) => return Ok(Some((manifest, object.meta.etag))),
+            Err(e) if attempt >= 2 => {
+                return Err(IndexError::Corrupt(format!("manifest of account {account}: {e}")));
+            }
+            Err(e) => tracing::warn!(account = %account, error = %e, "manifest does not decode; reading it again"),
         }
-        Err(StoreError::NotFound(_)) => Ok(None),
-        Err(e) => Err(e.into()),
     }
 }
 
@@ -165,7 +184,16 @@ fn backoff(attempt: u32) -> Duration {
 /// [`COMPACT_AT`] segments or more. An empty segment writes nothing.
 ///
 /// Cost: a manifest get, one segment put and a conditional manifest put;
-/// each conflict adds a manifest get and put.
+/// each conflict adds a manifest get and put. A manifest put whose outcome
+/// is unknown (a timeout, a 5xx, or a 412 that may answer the SDK's retry
+/// of our own landed write) costs one manifest get, which decides: the
+/// manifest lists our segment (done) or it does not (try again).
+///
+/// Unknown outcomes: the segment's key is unique to this commit, so a
+/// segment put that may have landed is harmless (an unreferenced object if
+/// the commit then fails); a commit that returns an error may still have
+/// landed, and a retry of it adds the same records again, which is
+/// harmless too (a later record for the same node replaces an earlier one).
 ///
 /// # Errors
 /// [`IndexError::EmbedderMismatch`] when the index was built by another
@@ -199,9 +227,12 @@ pub async fn commit(
     };
     put_segment(store, &key, body).await?;
     // The first attempt swaps against the manifest read above.
-    let manifest = swap_manifest(store, account, embedder, Some(current), |m| {
+    let (manifest, _) = swap_manifest(store, account, embedder, Some(current), |m| {
+        if m.segments.iter().any(|s| s.key == seg_ref.key) {
+            return Edit::Landed;
+        }
         m.segments.push(seg_ref.clone());
-        true
+        Edit::Write
     })
     .await?;
     if manifest.segments.len() >= COMPACT_AT
@@ -217,7 +248,8 @@ fn empty_manifest(embedder: &EmbedderInfo) -> Manifest {
 }
 
 /// Writes a new segment object. Keys are unique to this write, so a
-/// conflict can only be our own earlier attempt (a retried request).
+/// conflict can only be our own earlier attempt (the SDK's retry of a
+/// landed put).
 async fn put_segment(store: &SharedStore, key: &str, body: Bytes) -> Result<(), IndexError> {
     match store.put(key, body, PutMode::CreateNew).await {
         Ok(_) | Err(StoreError::Conflict(_)) => Ok(()),
@@ -225,18 +257,42 @@ async fn put_segment(store: &SharedStore, key: &str, body: Bytes) -> Result<(), 
     }
 }
 
+/// What a manifest change found in the manifest it was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Edit {
+    /// The change was applied: write the manifest.
+    Write,
+    /// The manifest already holds the change: an earlier attempt whose
+    /// outcome was unknown landed. Nothing to write.
+    Landed,
+    /// The change no longer applies (another writer superseded it). Nothing
+    /// to write.
+    Abandoned,
+}
+
+/// Manifest puts in a row whose outcome may be unknown before a swap gives
+/// up (each is followed by a read that decides).
+const UNKNOWN_ATTEMPTS: u32 = 3;
+
 /// Applies `change` to the current manifest and writes it back by
 /// compare-and-swap, retrying on conflict. The first attempt works on
 /// `first` when the caller has just read the manifest (`Some(None)`: there
-/// was none); every retry reads it again. When `change` returns false the
-/// manifest is left as it is (no write).
+/// was none); every retry reads it again, and `change` sees what is there
+/// now — including, after a put whose outcome was unknown, its own landed
+/// change, which it reports as [`Edit::Landed`]. Returns the manifest as it
+/// now stands and what `change` last said.
+///
+/// A put that fails without a precondition answer (timeout, 5xx) may have
+/// landed: the next attempt's read decides, [`UNKNOWN_ATTEMPTS`] times at
+/// most; after that the error is returned and the outcome stays unknown.
 async fn swap_manifest(
     store: &SharedStore,
     account: &AccountId,
     embedder: &EmbedderInfo,
     mut first: Option<Option<(Manifest, String)>>,
-    mut change: impl FnMut(&mut Manifest) -> bool,
-) -> Result<Manifest, IndexError> {
+    mut change: impl FnMut(&mut Manifest) -> Edit,
+) -> Result<(Manifest, Edit), IndexError> {
+    let mut unknown = 0;
     for attempt in 1..=CAS_ATTEMPTS {
         let current = match first.take() {
             Some(read) => read,
@@ -249,14 +305,23 @@ async fn swap_manifest(
             }
             None => (empty_manifest(embedder), PutMode::CreateNew),
         };
-        if !change(&mut manifest) {
-            return Ok(manifest);
+        let edit = change(&mut manifest);
+        if edit != Edit::Write {
+            return Ok((manifest, edit));
         }
         manifest.generation += 1;
         let body = serde_json::to_vec_pretty(&manifest).map_err(|e| IndexError::Corrupt(e.to_string()))?;
         match store.put(&manifest_key(account), Bytes::from(body), mode).await {
-            Ok(_) => return Ok(manifest),
+            Ok(_) => return Ok((manifest, Edit::Write)),
             Err(StoreError::Conflict(_)) => tokio::time::sleep(backoff(attempt)).await,
+            Err(e @ StoreError::Backend { .. }) => {
+                unknown += 1;
+                if unknown >= UNKNOWN_ATTEMPTS {
+                    return Err(e.into());
+                }
+                tracing::warn!(account = %account, error = %e, "manifest write outcome unknown; reading it back");
+                tokio::time::sleep(backoff(attempt)).await;
+            }
             Err(e) => return Err(e.into()),
         }
     }
@@ -266,6 +331,13 @@ async fn swap_manifest(
 /// Merges every segment of `account`'s index into one, swapping it in by
 /// compare-and-swap; segments committed meanwhile stay after it. Old
 /// segment objects are deleted once the new manifest is in place.
+///
+/// Unknown outcomes: a manifest put that may have landed is read back
+/// before anything is deleted — the replaced segments are deleted only
+/// once a manifest read shows the merged segment in their place, and the
+/// merged segment only once a read shows that the manifest moved on
+/// without it. When the read-back itself fails, nothing is deleted (at
+/// worst an unreferenced segment object stays).
 ///
 /// # Errors
 /// Store, decoding or contention errors; the index stays valid on failure.
@@ -277,26 +349,35 @@ pub async fn compact(store: &SharedStore, account: &AccountId, embedder: &Embedd
     }
     let snapshot = IndexSnapshot::load_manifest(store, account, manifest.clone(), String::new(), None).await?;
     let merged = snapshot.to_segment(embedder.dimension);
-    let body = merged.encode()?;
+    // One copy of the records at a time: the snapshot, then the merged
+    // segment, then its bytes.
+    drop(snapshot);
+    let (records, body) = (merged.records.len(), merged.encode()?);
+    drop(merged);
     let key = segment_key(account, &body);
-    let merged_ref =
-        SegmentRef { key: key.clone(), records: merged.records.len(), tombstones: 0, bytes: body.len() as u64 };
+    let merged_ref = SegmentRef { key: key.clone(), records, tombstones: 0, bytes: body.len() as u64 };
     put_segment(store, &key, body).await?;
     let replaced: Vec<SegmentRef> = manifest.segments.clone();
-    let mut lost = false;
     // The first attempt swaps against the manifest read above.
-    swap_manifest(store, account, embedder, Some(Some((manifest, etag))), |m| {
-        lost = !m.segments.starts_with(&replaced);
-        if !lost {
+    let (_, edit) = swap_manifest(store, account, embedder, Some(Some((manifest, etag))), |m| {
+        if m.segments.iter().any(|s| s.key == merged_ref.key) {
+            Edit::Landed
+        } else if m.segments.starts_with(&replaced) {
             m.segments.splice(..replaced.len(), [merged_ref.clone()]);
+            Edit::Write
+        } else {
+            Edit::Abandoned
         }
-        !lost
     })
     .await?;
-    // Our merged segment's key is ours alone: if another compaction won, no
-    // manifest references it. Otherwise the replaced keys are referenced by
-    // no manifest any more (keys are never reused).
-    let garbage: Vec<&str> = if lost { vec![key.as_str()] } else { replaced.iter().map(|r| r.key.as_str()).collect() };
+    // Keys are never reused: once a manifest read shows the merged segment
+    // (Write, Landed), no manifest references the replaced keys again; once
+    // one shows another writer's change without it (Abandoned), none
+    // references the merged key.
+    let garbage: Vec<&str> = match edit {
+        Edit::Abandoned => vec![key.as_str()],
+        Edit::Write | Edit::Landed => replaced.iter().map(|r| r.key.as_str()).collect(),
+    };
     stream::iter(garbage)
         .for_each_concurrent(SEGMENT_CONCURRENCY, |old| async move {
             if let Err(e) = store.delete(old).await {
@@ -371,6 +452,7 @@ pub struct IndexSnapshot {
     segments: Vec<(String, Arc<Segment>)>,
     live: Vec<Vec<bool>>,
     live_count: usize,
+    memory_bytes: usize,
 }
 
 #[derive(PartialEq)]
@@ -399,20 +481,18 @@ impl IndexSnapshot {
     pub async fn load(store: &SharedStore, account: &AccountId, previous: Option<&Self>) -> Result<Self, IndexError> {
         // A compaction may delete a segment between our manifest read and
         // segment read: re-read the manifest and try again.
-        let mut last_err = None;
+        let mut missing = String::new();
         for _ in 0..3 {
             let Some((manifest, etag)) = read_manifest(store, account).await? else {
                 return Ok(Self::default());
             };
             match Self::load_manifest(store, account, manifest, etag, previous).await {
                 Ok(snapshot) => return Ok(snapshot),
-                Err(IndexError::Store(StoreError::NotFound(key))) => {
-                    last_err = Some(IndexError::Store(StoreError::NotFound(key)));
-                }
+                Err(IndexError::Store(StoreError::NotFound(key))) => missing = key,
                 Err(e) => return Err(e),
             }
         }
-        Err(last_err.unwrap_or_else(|| IndexError::Corrupt("segment vanished".into())))
+        Err(IndexError::SegmentMissing { account: account.to_string(), key: missing })
     }
 
     async fn load_manifest(
@@ -438,7 +518,11 @@ impl IndexSnapshot {
                     Some(seg) => seg,
                     None => {
                         let object = store.get(&seg_ref.key).await?;
-                        let seg = Segment::decode(&object.body)?;
+                        // A body cut in transit decodes on a second read.
+                        let seg = match Segment::decode(&object.body) {
+                            Ok(seg) => seg,
+                            Err(_) => Segment::decode(&store.get(&seg_ref.key).await?.body)?,
+                        };
                         if seg.dim != dimension {
                             return Err(IndexError::Corrupt(format!(
                                 "segment {} of account {account} has dimension {} but the manifest says {dimension}",
@@ -454,7 +538,16 @@ impl IndexSnapshot {
             .try_collect()
             .await?;
         let (live, live_count) = liveness(&segments);
-        Ok(Self { etag: Some(etag), manifest: Some(manifest), segments, live, live_count })
+        let memory_bytes = segments.iter().map(|(key, seg)| key.len() + seg.memory_bytes()).sum::<usize>()
+            + live.iter().map(Vec::len).sum::<usize>();
+        Ok(Self { etag: Some(etag), manifest: Some(manifest), segments, live, live_count, memory_bytes })
+    }
+
+    /// An estimate of the memory the snapshot holds (its segments' vectors
+    /// and records; [`Segment::memory_bytes`]). Cost: none.
+    #[must_use]
+    pub fn memory_bytes(&self) -> usize {
+        self.memory_bytes
     }
 
     /// Checks that this index was built by `configured` (an empty index was
@@ -633,28 +726,72 @@ fn liveness(segments: &[(String, Arc<Segment>)]) -> (Vec<Vec<bool>>, usize) {
     (live, count)
 }
 
-/// Keeps each account's loaded index warm between requests and revalidates
-/// it by the manifest's etag (one HEAD), reloading only new segments.
+/// Keeps accounts' loaded indexes warm between requests, revalidates each
+/// by the manifest's etag (one HEAD), reloading only new segments, and
+/// keeps their memory within a bound: when the snapshots it holds add up
+/// to more than `max_bytes` ([`IndexSnapshot::memory_bytes`]), the least
+/// recently used accounts' snapshots are dropped (the one just served is
+/// always kept, even alone over the bound).
 #[derive(Debug)]
 pub struct IndexCache {
     store: SharedStore,
     revalidate_after: Duration,
-    entries: tokio::sync::Mutex<HashMap<AccountId, (Arc<IndexSnapshot>, Instant)>>,
+    max_bytes: usize,
+    entries: tokio::sync::Mutex<CacheEntries>,
+    resident: std::sync::atomic::AtomicUsize,
+}
+
+#[derive(Debug, Default)]
+struct CacheEntries {
+    by_account: HashMap<AccountId, CacheEntry>,
+    /// Incremented at every use: an entry's `used` orders eviction.
+    clock: u64,
+}
+
+#[derive(Debug)]
+struct CacheEntry {
+    snapshot: Arc<IndexSnapshot>,
+    checked: Instant,
+    used: u64,
+}
+
+/// What the warm cache holds, for the per-request log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheUsage {
+    /// Estimated bytes of the snapshots held.
+    pub bytes: usize,
+    /// The bound.
+    pub max_bytes: usize,
 }
 
 impl IndexCache {
     /// A cache over `store`. `revalidate_after` is how long a checked
     /// snapshot is trusted without another HEAD (`Duration::ZERO`, the
-    /// default configuration, checks on every call).
+    /// default configuration, checks on every call); `max_bytes` bounds
+    /// the snapshots' estimated memory (configuration
+    /// `index.cache_max_bytes`).
     #[must_use]
-    pub fn new(store: SharedStore, revalidate_after: Duration) -> Self {
-        Self { store, revalidate_after, entries: tokio::sync::Mutex::new(HashMap::new()) }
+    pub fn new(store: SharedStore, revalidate_after: Duration, max_bytes: usize) -> Self {
+        Self {
+            store,
+            revalidate_after,
+            max_bytes,
+            entries: tokio::sync::Mutex::new(CacheEntries::default()),
+            resident: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// The estimated bytes held and the bound. Cost: an atomic load.
+    #[must_use]
+    pub fn usage(&self) -> CacheUsage {
+        CacheUsage { bytes: self.resident.load(AtomicOrdering::Relaxed), max_bytes: self.max_bytes }
     }
 
     /// The current snapshot of `account`'s index.
     ///
     /// Cost: nothing within `revalidate_after` of the last check; else one
-    /// HEAD of the manifest, plus a load of new segments when it changed.
+    /// HEAD of the manifest, plus a load of new segments when it changed
+    /// (of every segment when the account was evicted or never loaded).
     ///
     /// # Errors
     /// Store or decoding errors.
@@ -677,24 +814,52 @@ impl IndexCache {
 
     async fn checked(&self, account: &AccountId, trust: Duration) -> Result<Arc<IndexSnapshot>, IndexError> {
         let mut entries = self.entries.lock().await;
-        if let Some((snapshot, checked)) = entries.get(account) {
-            if checked.elapsed() < trust {
-                return Ok(Arc::clone(snapshot));
+        entries.clock += 1;
+        let now = entries.clock;
+        if let Some(entry) = entries.by_account.get_mut(account) {
+            entry.used = now;
+            if entry.checked.elapsed() < trust {
+                return Ok(Arc::clone(&entry.snapshot));
             }
             let current = match self.store.head(&manifest_key(account)).await {
                 Ok(meta) => Some(meta.etag),
                 Err(StoreError::NotFound(_)) => None,
                 Err(e) => return Err(e.into()),
             };
-            if current == snapshot.etag {
-                let snapshot = Arc::clone(snapshot);
-                entries.insert(account.clone(), (Arc::clone(&snapshot), Instant::now()));
-                return Ok(snapshot);
+            if current == entry.snapshot.etag {
+                entry.checked = Instant::now();
+                return Ok(Arc::clone(&entry.snapshot));
             }
         }
-        let previous = entries.get(account).map(|(s, _)| Arc::clone(s));
+        let previous = entries.by_account.get(account).map(|e| Arc::clone(&e.snapshot));
         let loaded = Arc::new(IndexSnapshot::load(&self.store, account, previous.as_deref()).await?);
-        entries.insert(account.clone(), (Arc::clone(&loaded), Instant::now()));
+        drop(previous);
+        let entry = CacheEntry { snapshot: Arc::clone(&loaded), checked: Instant::now(), used: now };
+        entries.by_account.insert(account.clone(), entry);
+        self.evict(&mut entries, account);
         Ok(loaded)
+    }
+
+    /// Drops the least recently used snapshots other than `keep`'s until
+    /// the rest fit the bound; updates the resident count.
+    fn evict(&self, entries: &mut CacheEntries, keep: &AccountId) {
+        let mut total: usize = entries.by_account.values().map(|e| e.snapshot.memory_bytes()).sum();
+        while total > self.max_bytes {
+            let oldest = entries
+                .by_account
+                .iter()
+                .filter(|(account, _)| *account != keep)
+                .min_by_key(|(_, e)| e.used)
+                .map(|(account, _)| account.clone());
+            let Some(oldest) = oldest else {
+                tracing::warn!(account = %keep, bytes = total, max_bytes = self.max_bytes, "one account's index is over the cache bound");
+                break;
+            };
+            if let Some(evicted) = entries.by_account.remove(&oldest) {
+                total -= evicted.snapshot.memory_bytes();
+                tracing::info!(account = %oldest, bytes = evicted.snapshot.memory_bytes(), "index evicted from the warm cache");
+            }
+        }
+        self.resident.store(total, AtomicOrdering::Relaxed);
     }
 }

@@ -46,6 +46,27 @@ struct Body {
 }
 
 impl Segment {
+    /// An estimate of the memory the decoded segment holds: its vectors,
+    /// its records (each record's own size plus its strings) and its
+    /// tombstones. Cost: one pass over the records.
+    #[must_use]
+    pub fn memory_bytes(&self) -> usize {
+        let record = |r: &Record| {
+            std::mem::size_of::<Record>()
+                + r.uri.as_str().len()
+                + r.abstract_text.len()
+                + r.source_hash.len()
+                + r.owner_user_id.as_ref().map_or(0, String::len)
+                + r.tags.iter().map(|t| t.len() + std::mem::size_of::<String>()).sum::<usize>()
+        };
+        let tombstones: usize =
+            self.tombstones.iter().map(|t| std::mem::size_of::<Tombstone>() + t.uri.as_str().len()).sum();
+        std::mem::size_of::<Self>()
+            + self.vectors.len() * std::mem::size_of::<f32>()
+            + self.records.iter().map(record).sum::<usize>()
+            + tombstones
+    }
+
     /// The vector of row `i`.
     #[must_use]
     pub fn vector(&self, i: usize) -> &[f32] {

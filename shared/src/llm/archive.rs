@@ -107,6 +107,7 @@ mod tests {
             peer_id: None,
             source_message_ids: None,
             seq: 0,
+            claim: None,
         }
     }
 
