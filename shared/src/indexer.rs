@@ -9,6 +9,11 @@
 //! source hash is unchanged (an `ingest` that already committed it) costs
 //! a read and no embedding.
 //!
+//! Accounts fail alone: an account whose index cannot be updated (a corrupt
+//! manifest, an index built by another embedder, a store failure) is named
+//! with its error, and the other accounts' changes are committed all the
+//! same ([`ApplyError`]), so a caller can retry only the failed changes.
+//!
 //! Record building is [`crate::ingest`]'s ([`file_record`],
 //! [`directory_records`]): a node indexed from S3 is the record `ingest`
 //! makes from the same bytes, except for its times.
@@ -93,7 +98,8 @@ pub fn node_of(key: &str) -> Result<(AccountId, Node), Ignored> {
     Ok((account, Node::File(uri)))
 }
 
-/// Totals of one run.
+/// Totals of one run of [`apply`], over the accounts whose changes were
+/// applied; all zero by default.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IndexerReport {
     /// Records written (new or changed).
@@ -106,22 +112,76 @@ pub struct IndexerReport {
     pub ignored: usize,
 }
 
+/// What [`apply`] could not do: the changes of some accounts, each account
+/// with its error. The changes of every other account were committed. The
+/// message names every failed account with its error (store keys
+/// included).
+#[derive(Debug, thiserror::Error)]
+#[error("{}", describe(.failed))]
+pub struct ApplyError {
+    /// Totals of the accounts whose changes were applied (and of every
+    /// ignored key), counted as [`IndexerReport`] counts them: a failed
+    /// account's nodes count nowhere.
+    pub report: IndexerReport,
+    /// Every account whose changes were not applied, in account order (as
+    /// [`apply`] returns it, never empty).
+    pub failed: Vec<AccountFailure>,
+}
+
+/// One account whose changes were not applied: none of them is committed,
+/// unless the failure was a commit's own unknown outcome (then they may
+/// be); applying the same changes again is safe either way.
+#[derive(Debug)]
+pub struct AccountFailure {
+    /// The account.
+    pub account: AccountId,
+    /// Why: a store failure (reading a node, the manifest or a segment,
+    /// or writing the segment or the manifest), an index failure (a corrupt
+    /// manifest or segment, an index built by another embedder, a manifest
+    /// that kept changing under the commit), or an embedder failure.
+    pub error: IngestError,
+}
+
+impl ApplyError {
+    /// Whether `change` was not applied: it names a node of a failed
+    /// account. A key that is not an indexable node ([`node_of`]) was
+    /// ignored, not failed.
+    ///
+    /// Cost: parsing the key, and a scan of the failed accounts.
+    #[must_use]
+    pub fn failed_change(&self, change: &Change) -> bool {
+        node_of(&change.key).is_ok_and(|(account, _)| self.failed.iter().any(|f| f.account == account))
+    }
+}
+
+/// [`ApplyError`]'s message: every failed account with its error.
+fn describe(failed: &[AccountFailure]) -> String {
+    let accounts = if failed.len() == 1 { "1 account".to_owned() } else { format!("{} accounts", failed.len()) };
+    let each: Vec<String> = failed.iter().map(|f| format!("account {}: {}", f.account, f.error)).collect();
+    format!("the changes of {accounts} were not applied: {}", each.join("; "))
+}
+
 /// Brings the index of every account the changes touch in step with the
 /// store: reads each named node as the store holds it now, and commits one
-/// segment per account with the changed records and the removals.
+/// segment per account with the changed records and the removals. An
+/// account that fails does not stop the others: each account's changes are
+/// committed (or fail) on their own.
 ///
 /// Cost per account: one index revalidation (through the app's cache,
 /// whatever `index.revalidate_after_ms` says) with the nodes' reads beside
-/// it — one GET per file and two per directory, [`READ_CONCURRENCY`] nodes
+/// it — one GET per file and two per directory, `READ_CONCURRENCY` (10) nodes
 /// at a time; one embedding call for the changed nodes; a manifest GET,
 /// one segment PUT and a manifest compare-and-swap (none when nothing
-/// changed).
+/// changed). Accounts are handled one after the other, in account order; a
+/// failing account costs what it did up to its failure.
 ///
 /// # Errors
-/// Store, index (an embedder mismatch among them) or embedder failures; the
-/// accounts handled before the failure stay committed, and a retry of the
-/// whole run is safe.
-pub async fn apply(app: &App, changes: &[Change]) -> Result<IndexerReport, IngestError> {
+/// [`ApplyError`] when the changes of at least one account were not
+/// applied (a store, index — an embedder mismatch among them — or embedder
+/// failure), after every other account's changes were: it names each
+/// failed account with its error, and carries the totals of the rest. A
+/// retry of the failed accounts' changes, or of the whole run, is safe.
+pub async fn apply(app: &App, changes: &[Change]) -> Result<IndexerReport, ApplyError> {
     let mut report = IndexerReport::default();
     let mut by_account: BTreeMap<AccountId, BTreeMap<Node, i64>> = BTreeMap::new();
     for change in changes {
@@ -141,27 +201,47 @@ pub async fn apply(app: &App, changes: &[Change]) -> Result<IndexerReport, Inges
         embed_max_bytes: app.config.index.embed_max_bytes,
         ..IngestOptions::default()
     };
-    let info = app.embedder_info();
+    let mut failed = Vec::new();
     for (account, nodes) in by_account {
-        // The node reads need no index: they go out with its revalidation.
-        let (snapshot, sources) =
-            tokio::join!(app.index.fresh_snapshot(&account), read_nodes(&app.store, &account, &nodes));
-        let (snapshot, sources) = (snapshot?, sources?);
-        snapshot.ensure_embedder(&account, &info)?;
-        let mut pending: Vec<Pending> = Vec::new();
-        let mut tombstones: Vec<Tombstone> = Vec::new();
-        for ((node, at), source) in nodes.into_iter().zip(sources) {
-            let step = step(&snapshot, &node, source, at, &options);
-            if step.pending.is_empty() && step.tombstones.is_empty() {
-                report.unchanged += 1;
+        match apply_account(app, &account, nodes, &options).await {
+            Ok(done) => {
+                report.indexed += done.indexed;
+                report.removed += done.removed;
+                report.unchanged += done.unchanged;
             }
-            report.indexed += step.pending.len();
-            report.removed += step.tombstones.len();
-            pending.extend(step.pending);
-            tombstones.extend(step.tombstones);
+            Err(error) => failed.push(AccountFailure { account, error }),
         }
-        commit_batch(&app.store, &account, app.embedder.as_ref(), &info, pending, tombstones).await?;
     }
+    if failed.is_empty() { Ok(report) } else { Err(ApplyError { report, failed }) }
+}
+
+/// [`apply`] for one account's nodes (each with its latest change time):
+/// the account's totals (`ignored` is 0), committed as one segment.
+async fn apply_account(
+    app: &App,
+    account: &AccountId,
+    nodes: BTreeMap<Node, i64>,
+    options: &IngestOptions,
+) -> Result<IndexerReport, IngestError> {
+    let info = app.embedder_info();
+    // The node reads need no index: they go out with its revalidation.
+    let (snapshot, sources) = tokio::join!(app.index.fresh_snapshot(account), read_nodes(&app.store, account, &nodes));
+    let (snapshot, sources) = (snapshot?, sources?);
+    snapshot.ensure_embedder(account, &info)?;
+    let mut report = IndexerReport::default();
+    let mut pending: Vec<Pending> = Vec::new();
+    let mut tombstones: Vec<Tombstone> = Vec::new();
+    for ((node, at), source) in nodes.into_iter().zip(sources) {
+        let step = step(&snapshot, &node, source, at, options);
+        if step.pending.is_empty() && step.tombstones.is_empty() {
+            report.unchanged += 1;
+        }
+        report.indexed += step.pending.len();
+        report.removed += step.tombstones.len();
+        pending.extend(step.pending);
+        tombstones.extend(step.tombstones);
+    }
+    commit_batch(&app.store, account, app.embedder.as_ref(), &info, pending, tombstones).await?;
     Ok(report)
 }
 
@@ -323,5 +403,27 @@ mod tests {
         for key in ["accounts/Bad Account/tree/resources/a.md", "accounts/acme/tree/resources/../user/x.md"] {
             assert!(matches!(node_of(key), Err(Ignored::Invalid(_))), "{key}: {:?}", node_of(key));
         }
+    }
+
+    #[test]
+    fn a_failure_names_the_changes_of_its_accounts_only() {
+        let failure = |account: &str, what: &str| AccountFailure {
+            account: AccountId::new(account).expect("account"),
+            error: IngestError::Index(crate::index::IndexError::Corrupt(what.to_owned())),
+        };
+        let error = ApplyError {
+            report: IndexerReport { indexed: 1, ..IndexerReport::default() },
+            failed: vec![failure("acme", "manifest: expected value"), failure("beta", "segment 3")],
+        };
+        let change = |key: &str| Change { key: key.to_owned(), at: 0 };
+        assert!(error.failed_change(&change("accounts/acme/tree/resources/a.md")));
+        assert!(error.failed_change(&change("accounts/beta/tree/resources/guides/.overview.md")));
+        assert!(!error.failed_change(&change("accounts/gamma/tree/resources/a.md")));
+        assert!(!error.failed_change(&change("accounts/acme/index/manifest.json")), "ignored, not failed");
+        assert_eq!(
+            error.to_string(),
+            "the changes of 2 accounts were not applied: account acme: index data is corrupt: manifest: expected \
+             value; account beta: index data is corrupt: segment 3"
+        );
     }
 }

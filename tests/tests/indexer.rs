@@ -3,7 +3,9 @@
 //! as the judge: after objects change in the store and the changes are
 //! applied, search sees exactly what the store holds. The function's edge
 //! (`skald_lambda::s3_events`) is driven with S3 event notifications in the
-//! shape S3 sends them, through `lambda_runtime`'s `LambdaEvent`.
+//! shape S3 sends them, through `lambda_runtime`'s `LambdaEvent`. An
+//! account whose index is broken fails alone: an SQS batch is answered with
+//! exactly the messages that touched it (`batchItemFailures`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,12 +13,15 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::{Value, json};
 use skald::app::App;
+use skald::embed::hashed::HashedEmbedder;
 use skald::identity::AccountId;
-use skald::index::{IndexSnapshot, Record, manifest_key};
+use skald::index::{IndexError, IndexSnapshot, Record, manifest_key};
 use skald::indexer::{Change, IndexerReport, apply};
+use skald::ingest::IngestError;
 use skald::store::{PutMode, SharedStore};
 use skald_tests::fixture::{
-    ACCOUNT, DEFAULT_CORPUS, app_with_corpus_in, find, local_store, s3_shared_store, store_json, tree_key,
+    ACCOUNT, DEFAULT_CORPUS, EMBED_DIMENSION, app_with_corpus_in, find, local_store, s3_shared_store, store_json,
+    tree_key,
 };
 
 const NOTE: &str = "resources/notes/kafka.md";
@@ -33,7 +38,11 @@ fn change(path: &str, at: i64) -> Change {
 }
 
 async fn put(store: &SharedStore, path: &str, text: &str) {
-    store.put(&tree_key(path), Bytes::from(text.to_owned()), PutMode::Overwrite).await.expect("put");
+    put_in(store, &tree_key(path), text).await;
+}
+
+async fn put_in(store: &SharedStore, key: &str, text: &str) {
+    store.put(key, Bytes::from(text.to_owned()), PutMode::Overwrite).await.expect("put");
 }
 
 async fn generation(store: &SharedStore) -> Value {
@@ -362,35 +371,219 @@ async fn the_function_takes_sqs_batches_of_s3_notifications() {
     let other = "resources/notes/zookeeper.md";
     put(&store, NOTE, NOTE_V1).await;
     put(&store, other, "# Summary\nZooKeeper quorum needs three voters.\n").await;
-    let body = |key: String| {
-        serde_json::to_string(&notification(&[("ObjectCreated:Put", "any", &key, "2026-11-30T06:00:00Z")]))
-            .expect("json")
-    };
-    let message = |id: &str, body: String| {
-        json!({
-            "messageId": id, "receiptHandle": "R", "body": body,
-            "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1796018400000"},
-            "messageAttributes": {}, "md5OfBody": "0", "eventSource": "aws:sqs",
-            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:indexer", "awsRegion": "us-east-1"
-        })
-    };
-    let test_event = json!({"Service": "Amazon S3", "Event": "s3:TestEvent", "Time": "2026-11-30T06:00:00Z",
-        "Bucket": "any", "RequestId": "R", "HostId": "H"});
+    let body = |key: String| created("any", &[&key]);
     let batch = json!({"Records": [
-        message("1", body(tree_key(NOTE))),
-        message("2", test_event.to_string()),
-        message("3", body(tree_key(other))),
+        sqs_message("1", &body(tree_key(NOTE))),
+        sqs_message("2", &test_event()),
+        sqs_message("3", &body(tree_key(other))),
     ]});
     let before = generation(&store).await;
     let event = lambda_http::LambdaEvent::new(batch, lambda_http::Context::default());
     let answer = skald_lambda::s3_events::handle(&app, event).await.expect("the handler succeeds");
-    assert_eq!(answer, json!({"indexed": 2, "removed": 0, "unchanged": 0, "ignored": 0}));
+    assert_eq!(
+        answer,
+        json!({"indexed": 2, "removed": 0, "unchanged": 0, "ignored": 0, "batchItemFailures": []}),
+        "a batch whose accounts all succeed names no failed message"
+    );
     assert_eq!(generation(&store).await.as_u64(), before.as_u64().map(|g| g + 1), "one commit for the batch");
     assert!(record(&store, "viking://resources/notes/zookeeper.md", 2).await.is_some());
 
     let event = lambda_http::LambdaEvent::new(json!({"hello": "world"}), lambda_http::Context::default());
     let err = skald_lambda::s3_events::handle(&app, event).await.expect_err("not a notification");
     assert!(err.to_string().contains("neither an SQS batch nor an S3 notification"), "{err}");
+}
+
+/// An SQS message of the indexer's queue, as Lambda hands it over, carrying
+/// `body`.
+fn sqs_message(id: &str, body: &str) -> Value {
+    json!({
+        "messageId": id, "receiptHandle": "R", "body": body,
+        "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1796018400000"},
+        "messageAttributes": {}, "md5OfBody": "0", "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:indexer", "awsRegion": "us-east-1"
+    })
+}
+
+/// The body of an S3 notification (as SQS carries it) of objects created
+/// under `keys` (raw, as S3 writes them) in `bucket`.
+fn created(bucket: &str, keys: &[&str]) -> String {
+    let records: Vec<(&str, &str, &str, &str)> =
+        keys.iter().map(|key| ("ObjectCreated:Put", bucket, *key, "2026-11-30T06:00:00Z")).collect();
+    serde_json::to_string(&notification(&records)).expect("json")
+}
+
+/// The test message S3 sends when the notification is set up.
+fn test_event() -> String {
+    json!({"Service": "Amazon S3", "Event": "s3:TestEvent", "Time": "2026-11-30T06:00:00Z",
+        "Bucket": "any", "RequestId": "R", "HostId": "H"})
+    .to_string()
+}
+
+/// The handler's answer to an SQS batch of `messages`.
+async fn invoke_batch(app: &App, messages: Vec<Value>) -> Value {
+    let event = lambda_http::LambdaEvent::new(json!({ "Records": messages }), lambda_http::Context::default());
+    skald_lambda::s3_events::handle(app, event).await.expect("the handler answers a batch")
+}
+
+/// The account whose index the failure tests break.
+const BROKEN: &str = "broken";
+
+/// What a broken manifest holds: bytes that are not JSON.
+const NOT_JSON: &[u8] = b"\x00{ manifest: not JSON";
+
+fn broken() -> AccountId {
+    AccountId::new(BROKEN).expect("account")
+}
+
+/// The store key of `viking://{path}` for account [`BROKEN`].
+fn broken_key(path: &str) -> String {
+    format!("accounts/{BROKEN}/tree/{path}")
+}
+
+async fn break_manifest(store: &SharedStore) {
+    store.put(&manifest_key(&broken()), Bytes::from_static(NOT_JSON), PutMode::Overwrite).await.expect("put");
+}
+
+/// One SQS batch over two accounts, one of whose index is broken (its
+/// manifest is not JSON), on `store`; `s3` is the store's bucket and key
+/// prefix when it is S3 (the function is then configured with
+/// `s3://bucket/prefix` and the notifications carry the full keys), `None`
+/// for a local store. The answer names exactly the messages that touched
+/// the broken account, the other account's changes are searchable, and a
+/// redelivery of the named messages once the index is repaired succeeds.
+async fn one_broken_account_fails_only_its_messages(store: SharedStore, s3: Option<(String, String)>) {
+    let (fixture, _source) = app_with_corpus_in(DEFAULT_CORPUS, &[], store.clone()).await;
+    let mut config = fixture.config.clone();
+    let (bucket, key_prefix) = match s3 {
+        Some((bucket, prefix)) => {
+            config.store = format!("s3://{bucket}/{prefix}");
+            (bucket, format!("{prefix}/"))
+        }
+        None => ("any".to_owned(), String::new()),
+    };
+    let embedder: Arc<dyn skald::embed::Embedder> = Arc::new(HashedEmbedder::new(EMBED_DIMENSION));
+    let app = Arc::new(App::with_parts(config, store.clone(), embedder));
+    let raw = |key: &str| format!("{key_prefix}{key}");
+    let body = |keys: &[String]| created(&bucket, &keys.iter().map(String::as_str).collect::<Vec<_>>());
+
+    // Account `broken` has an index (built by the indexer), then its
+    // manifest is overwritten with bytes that are not JSON.
+    let (broken_a, broken_b) = ("resources/ops/pager.md", "resources/ops/escalation.md");
+    put_in(&store, &broken_key(broken_a), "# Summary\nPager duty rotates every Monday at nine.\n").await;
+    put_in(&store, &broken_key(broken_b), "# Summary\nEscalate to the incident commander after an hour.\n").await;
+    let report = applied(&app, &[Change { key: broken_key(broken_a), at: 1_000 }]).await;
+    assert_eq!(report.indexed, 1, "{report:?}");
+    break_manifest(&store).await;
+
+    let zookeeper = "resources/notes/zookeeper.md";
+    put(&store, NOTE, NOTE_V1).await;
+    put(&store, zookeeper, "# Summary\nZooKeeper quorum needs three voters.\n").await;
+    let before = generation(&store).await;
+    let messages = vec![
+        sqs_message("m1", &body(&[raw(&tree_key(NOTE))])),
+        sqs_message("m2", &body(&[raw(&broken_key(broken_a))])),
+        sqs_message("m3", &test_event()),
+        sqs_message("m4", &body(&[raw(&tree_key(zookeeper)), raw(&broken_key(broken_b))])),
+        sqs_message("m5", &body(&[raw(&manifest_key(&account()))])),
+    ];
+    let answer = invoke_batch(&app, messages.clone()).await;
+    assert_eq!(
+        answer,
+        json!({
+            "indexed": 2, "removed": 0, "unchanged": 0, "ignored": 1,
+            "batchItemFailures": [{"itemIdentifier": "m2"}, {"itemIdentifier": "m4"}],
+        }),
+        "exactly the messages that touched the broken account fail; the error's detail is not in the answer"
+    );
+
+    // The healthy account's changes are committed (once) and searchable,
+    // those of a message that failed among them.
+    assert_eq!(generation(&store).await.as_u64(), before.as_u64().map(|g| g + 1), "one commit");
+    assert_eq!(found(&app, "Kafka consumer lag alerts").await.first().map(String::as_str), Some(NOTE_URI));
+    let hits = found(&app, "ZooKeeper quorum needs three voters").await;
+    assert_eq!(hits.first().map(String::as_str), Some("viking://resources/notes/zookeeper.md"), "{hits:?}");
+    // The broken index is left as it was: nothing was written over it.
+    let manifest = store.get(&manifest_key(&broken())).await.expect("the broken manifest");
+    assert_eq!(&manifest.body[..], NOT_JSON);
+
+    // Repaired (its manifest removed, so the indexer starts it again), the
+    // failed messages come back and succeed; the healthy account's change
+    // in `m4` is already indexed.
+    store.delete(&manifest_key(&broken())).await.expect("delete");
+    let failed: Vec<Value> = messages
+        .iter()
+        .filter(|m| ["m2", "m4"].contains(&m["messageId"].as_str().unwrap_or_default()))
+        .cloned()
+        .collect();
+    let answer = invoke_batch(&app, failed).await;
+    assert_eq!(answer, json!({"indexed": 2, "removed": 0, "unchanged": 1, "ignored": 0, "batchItemFailures": []}));
+    let snapshot = IndexSnapshot::load(&store, &broken(), None).await.expect("the repaired index");
+    for path in [broken_a, broken_b] {
+        let uri = skald::uri::VikingUri::parse(&format!("viking://{path}")).expect("uri");
+        assert!(snapshot.get(&uri, 2).is_some(), "{path} indexed");
+    }
+
+    // A notification invoked directly (no SQS) that touches a broken
+    // account fails the invocation, naming the account; the healthy
+    // account's change in it is committed all the same.
+    break_manifest(&store).await;
+    put(&store, NOTE, NOTE_V2).await;
+    let direct = notification(&[
+        ("ObjectCreated:Put", &bucket, &raw(&tree_key(NOTE)), "2026-11-30T07:00:00Z"),
+        ("ObjectCreated:Put", &bucket, &raw(&broken_key(broken_a)), "2026-11-30T07:00:00Z"),
+    ]);
+    let payload = serde_json::to_value(direct).expect("an S3 event as JSON");
+    let event = lambda_http::LambdaEvent::new(payload, lambda_http::Context::default());
+    let err = skald_lambda::s3_events::handle(&app, event).await.expect_err("the broken account fails it");
+    let err = err.to_string();
+    assert!(err.contains("account broken") && err.contains("corrupt"), "{err}");
+    assert!(!err.contains("account default"), "{err}");
+    let note = record(&store, NOTE_URI, 2).await.expect("indexed");
+    assert_eq!(note.abstract_text, "Kafka consumer lag alerts now fire at fifty thousand messages.");
+}
+
+#[tokio::test]
+async fn one_broken_account_fails_only_its_messages_in_a_local_store() {
+    let (store, _dir) = local_store();
+    one_broken_account_fails_only_its_messages(store, None).await;
+}
+
+#[tokio::test]
+async fn one_broken_account_fails_only_its_messages_on_s3() {
+    let store = skald_tests::moto::s3_store("indexer-broken-account").await;
+    let location = (store.bucket().to_owned(), store.prefix().to_owned());
+    one_broken_account_fails_only_its_messages(Arc::new(store), Some(location)).await;
+}
+
+/// `apply` goes past an account whose index another embedder built: that
+/// account is named with the embedder mismatch, the other account's
+/// changes are committed and counted, and the totals leave the failed
+/// account out.
+#[tokio::test]
+async fn apply_names_the_failed_account_and_commits_the_others() {
+    let (store, _dir) = local_store();
+    let (app, _source) = app_with_corpus_in(DEFAULT_CORPUS, &[], store.clone()).await;
+    let other_embedder: Arc<dyn skald::embed::Embedder> = Arc::new(HashedEmbedder::new(EMBED_DIMENSION / 2));
+    let other_app = App::with_parts(app.config.clone(), store.clone(), other_embedder);
+    let mismatched = Change { key: broken_key("resources/ops/pager.md"), at: 1_000 };
+    put_in(&store, &mismatched.key, "# Summary\nPager duty rotates every Monday at nine.\n").await;
+    assert_eq!(applied(&other_app, std::slice::from_ref(&mismatched)).await.indexed, 1);
+
+    put(&store, NOTE, NOTE_V1).await;
+    let ignored = Change { key: manifest_key(&account()), at: 2_000 };
+    let changes = [change(NOTE, 2_000), mismatched.clone(), ignored.clone()];
+    let err = apply(&app, &changes).await.expect_err("the other embedder's account fails");
+    assert_eq!(err.report, IndexerReport { indexed: 1, ignored: 1, ..IndexerReport::default() });
+    assert_eq!(err.failed.len(), 1, "{err:?}");
+    assert_eq!(err.failed[0].account, broken());
+    assert!(
+        matches!(&err.failed[0].error, IngestError::Index(IndexError::EmbedderMismatch { account, .. }) if account == BROKEN),
+        "{:?}",
+        err.failed[0].error
+    );
+    assert!(err.failed_change(&mismatched));
+    assert!(!err.failed_change(&changes[0]) && !err.failed_change(&ignored));
+    assert_eq!(record(&store, NOTE_URI, 2).await.map(|r| r.updated_at), Some(2_000));
 }
 
 proptest::proptest! {
