@@ -24,11 +24,11 @@ use futures_util::{StreamExt as _, TryStreamExt as _, stream};
 
 use crate::app::App;
 use crate::identity::AccountId;
-use crate::index::record::{LEVEL_ABSTRACT, LEVEL_FILE, LEVEL_OVERVIEW, classify};
-use crate::index::{IndexSnapshot, Tombstone};
+use crate::index::record::{LEVEL_ABSTRACT, LEVEL_FILE, LEVEL_OVERVIEW, classify, supersedes};
+use crate::index::{IndexSnapshot, Record, Tombstone};
 use crate::ingest::{
-    ABSTRACT_SIDECAR, IngestError, IngestOptions, OVERVIEW_SIDECAR, Pending, Times, commit_batch, directory_records,
-    file_record,
+    ABSTRACT_SIDECAR, Batch, IngestError, IngestOptions, OVERVIEW_SIDECAR, Pending, Times, commit_batch,
+    directory_records, file_record,
 };
 use crate::store::{SharedStore, StoreError};
 use crate::uri::{VikingUri, tree_key};
@@ -42,6 +42,31 @@ pub struct Change {
     /// When it changed, Unix seconds: the record's `updated_at` (and its
     /// `created_at` when the node is new).
     pub at: i64,
+    /// The notification's `sequencer` (S3 orders an object's changes by
+    /// it), recorded as the records' [`crate::index::Record::source_version`]
+    /// so that a commit never replaces a newer read with an older one.
+    /// `None`: unordered (such records count as older than any versioned
+    /// one).
+    pub version: Option<String>,
+}
+
+/// What the changes of one batch say about a node: its latest change time
+/// and its newest version.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Seen {
+    /// The latest change time, Unix seconds.
+    pub at: i64,
+    /// The newest notification version ([`Change::version`]).
+    pub version: Option<String>,
+}
+
+impl Seen {
+    fn add(&mut self, change: &Change) {
+        self.at = self.at.max(change.at);
+        if supersedes(change.version.as_deref(), self.version.as_deref()) {
+            self.version.clone_from(&change.version);
+        }
+    }
 }
 
 /// A node of the tree a change touches.
@@ -183,12 +208,16 @@ fn describe(failed: &[AccountFailure]) -> String {
 /// retry of the failed accounts' changes, or of the whole run, is safe.
 pub async fn apply(app: &App, changes: &[Change]) -> Result<IndexerReport, ApplyError> {
     let mut report = IndexerReport::default();
-    let mut by_account: BTreeMap<AccountId, BTreeMap<Node, i64>> = BTreeMap::new();
+    let mut by_account: BTreeMap<AccountId, BTreeMap<Node, Seen>> = BTreeMap::new();
     for change in changes {
         match node_of(&change.key) {
             Ok((account, node)) => {
-                let at = by_account.entry(account).or_default().entry(node).or_insert(change.at);
-                *at = (*at).max(change.at);
+                let seen = by_account
+                    .entry(account)
+                    .or_default()
+                    .entry(node)
+                    .or_insert_with(|| Seen { at: change.at, version: change.version.clone() });
+                seen.add(change);
             }
             Err(why) => {
                 tracing::debug!(key = %change.key, ?why, "not an indexable node");
@@ -215,12 +244,15 @@ pub async fn apply(app: &App, changes: &[Change]) -> Result<IndexerReport, Apply
     if failed.is_empty() { Ok(report) } else { Err(ApplyError { report, failed }) }
 }
 
-/// [`apply`] for one account's nodes (each with its latest change time):
-/// the account's totals (`ignored` is 0), committed as one segment.
+/// [`apply`] for one account's nodes (each with its latest change time and
+/// version): the account's totals (`ignored` is 0), committed as one
+/// segment against the snapshot the steps were computed from, so that no
+/// node goes back to an older version
+/// ([`crate::index::commit_ordered`]).
 async fn apply_account(
     app: &App,
     account: &AccountId,
-    nodes: BTreeMap<Node, i64>,
+    nodes: BTreeMap<Node, Seen>,
     options: &IngestOptions,
 ) -> Result<IndexerReport, IngestError> {
     let info = app.embedder_info();
@@ -231,8 +263,9 @@ async fn apply_account(
     let mut report = IndexerReport::default();
     let mut pending: Vec<Pending> = Vec::new();
     let mut tombstones: Vec<Tombstone> = Vec::new();
-    for ((node, at), source) in nodes.into_iter().zip(sources) {
-        let step = step(&snapshot, &node, source, at, options);
+    let mut bumps: Vec<(Record, Vec<f32>)> = Vec::new();
+    for ((node, seen), source) in nodes.into_iter().zip(sources) {
+        let step = step(&snapshot, &node, source, &seen, options);
         if step.pending.is_empty() && step.tombstones.is_empty() {
             report.unchanged += 1;
         }
@@ -240,8 +273,10 @@ async fn apply_account(
         report.removed += step.tombstones.len();
         pending.extend(step.pending);
         tombstones.extend(step.tombstones);
+        bumps.extend(step.bumps);
     }
-    commit_batch(&app.store, account, app.embedder.as_ref(), &info, pending, tombstones).await?;
+    let batch = Batch { pending, tombstones, bumps };
+    commit_batch(&app.store, account, app.embedder.as_ref(), &info, batch, Some(&snapshot)).await?;
     Ok(report)
 }
 
@@ -264,7 +299,7 @@ pub enum Source {
 async fn read_nodes(
     store: &SharedStore,
     account: &AccountId,
-    nodes: &BTreeMap<Node, i64>,
+    nodes: &BTreeMap<Node, Seen>,
 ) -> Result<Vec<Source>, StoreError> {
     // Owned items: see `IndexSnapshot::load_manifest`.
     stream::iter(nodes.keys().cloned())
@@ -303,31 +338,57 @@ async fn read_text(store: &SharedStore, key: &str) -> Result<Option<String>, Sto
 /// What one node changes in the index.
 #[derive(Debug, Default, PartialEq)]
 pub struct Step {
-    /// New or changed records (to embed and commit).
+    /// New or changed records (to embed and commit), each with the
+    /// change's version.
     pub pending: Vec<Pending>,
-    /// Records to remove.
+    /// Records to remove, each with the change's version.
     pub tombstones: Vec<Tombstone>,
+    /// Records whose source is unchanged but seen at a newer version: the
+    /// indexed record with that version, and its vector (no embedding).
+    /// Committing them keeps a stale, older read from replacing the node
+    /// (`A`–`B`–`A`: a file changed and changed back).
+    pub bumps: Vec<(Record, Vec<f32>)>,
 }
 
 impl Step {
-    /// Adds `level`'s new record, or its removal, or nothing when the index
-    /// already holds the same source.
-    fn level(&mut self, snapshot: &IndexSnapshot, uri: &VikingUri, level: u8, new: Option<Pending>) {
-        let current = snapshot.get(uri, level);
+    /// Adds `level`'s new record, or its removal, or its version bump, or
+    /// nothing when the index already holds the same source at the same or
+    /// a newer version.
+    fn level(
+        &mut self,
+        snapshot: &IndexSnapshot,
+        uri: &VikingUri,
+        level: u8,
+        new: Option<Pending>,
+        version: Option<&str>,
+    ) {
+        let current = snapshot.get_with_vector(uri, level);
         match (new, current) {
-            (Some(p), Some(r)) if r.source_hash == p.record.source_hash => {}
-            (Some(p), _) => self.pending.push(p),
-            (None, Some(_)) => self.tombstones.push(Tombstone { uri: uri.clone(), level }),
+            (Some(p), Some((r, vector))) if r.source_hash == p.record.source_hash => {
+                if supersedes(version, r.source_version.as_deref()) {
+                    let bumped = Record { source_version: version.map(str::to_owned), ..r.clone() };
+                    self.bumps.push((bumped, vector.to_vec()));
+                }
+            }
+            (Some(mut p), _) => {
+                p.record.source_version = version.map(str::to_owned);
+                self.pending.push(p);
+            }
+            (None, Some(_)) => {
+                self.tombstones.push(Tombstone { uri: uri.clone(), level, source_version: version.map(str::to_owned) })
+            }
             (None, None) => {}
         }
     }
 }
 
 /// What `node` changes in `snapshot` given what the store holds for it
-/// (`source`), changed at `at` (Unix seconds): a record's `created_at` is
-/// kept from the record it replaces. Pure: no I/O.
+/// (`source`), as `seen` in the changes (its time, Unix seconds, and its
+/// version): a record's `created_at` is kept from the record it replaces.
+/// Pure: no I/O.
 #[must_use]
-pub fn step(snapshot: &IndexSnapshot, node: &Node, source: Source, at: i64, options: &IngestOptions) -> Step {
+pub fn step(snapshot: &IndexSnapshot, node: &Node, source: Source, seen: &Seen, options: &IngestOptions) -> Step {
+    let (at, version) = (seen.at, seen.version.as_deref());
     let times = |uri: &VikingUri, level: u8| {
         let created_at = snapshot.get(uri, level).map_or(at, |r| r.created_at);
         Times { created_at, updated_at: at }
@@ -336,7 +397,7 @@ pub fn step(snapshot: &IndexSnapshot, node: &Node, source: Source, at: i64, opti
     match (node, source) {
         (Node::File(uri), Source::File(text)) => {
             let new = text.and_then(|t| file_record(uri, &t, times(uri, LEVEL_FILE), options));
-            step.level(snapshot, uri, LEVEL_FILE, new);
+            step.level(snapshot, uri, LEVEL_FILE, new, version);
         }
         (Node::Dir(dir), Source::Dir(abstract_md, overview_md)) => {
             let built = directory_records(
@@ -348,7 +409,7 @@ pub fn step(snapshot: &IndexSnapshot, node: &Node, source: Source, at: i64, opti
             );
             let mut by_level: BTreeMap<u8, Pending> = built.into_iter().map(|p| (p.record.level, p)).collect();
             for level in [LEVEL_ABSTRACT, LEVEL_OVERVIEW] {
-                step.level(snapshot, dir, level, by_level.remove(&level));
+                step.level(snapshot, dir, level, by_level.remove(&level), version);
             }
         }
         // A source read for another kind of node: nothing to do.
@@ -415,7 +476,7 @@ mod tests {
             report: IndexerReport { indexed: 1, ..IndexerReport::default() },
             failed: vec![failure("acme", "manifest: expected value"), failure("beta", "segment 3")],
         };
-        let change = |key: &str| Change { key: key.to_owned(), at: 0 };
+        let change = |key: &str| Change { key: key.to_owned(), at: 0, version: None };
         assert!(error.failed_change(&change("accounts/acme/tree/resources/a.md")));
         assert!(error.failed_change(&change("accounts/beta/tree/resources/guides/.overview.md")));
         assert!(!error.failed_change(&change("accounts/gamma/tree/resources/a.md")));

@@ -178,6 +178,7 @@ pub fn file_record(uri: &VikingUri, text: &str, times: Times, options: &IngestOp
             tags,
             owner_user_id: owner_of(uri),
             source_hash: source_hash(text.as_bytes()),
+            source_version: None,
         },
         embed_text,
     })
@@ -221,6 +222,7 @@ pub fn directory_records(
             tags: Vec::new(),
             owner_user_id: owner_of(dir),
             source_hash: hash.clone(),
+            source_version: None,
         },
         embed_text,
     };
@@ -378,7 +380,8 @@ pub async fn ingest_dir(
         on_event(IngestEvent::Indexed(uri.to_string()));
         batch.extend(pendings);
         if batch.len() >= options.batch.max(1) {
-            commit_batch(store, account, embedder, &info, std::mem::take(&mut batch), Vec::new()).await?;
+            let pending = std::mem::take(&mut batch);
+            commit_batch(store, account, embedder, &info, Batch { pending, ..Batch::default() }, None).await?;
         }
     }
     let mut tombstones = Vec::new();
@@ -397,15 +400,30 @@ pub async fn ingest_dir(
             }
             report.removed += 1;
             on_event(IngestEvent::Removed(record.display_uri()));
-            tombstones.push(Tombstone { uri: record.uri, level: record.level });
+            tombstones.push(Tombstone { uri: record.uri, level: record.level, source_version: None });
         }
     }
-    commit_batch(store, account, embedder, &info, batch, tombstones).await?;
+    commit_batch(store, account, embedder, &info, Batch { pending: batch, tombstones, ..Batch::default() }, None)
+        .await?;
     Ok(report)
 }
 
-/// Embeds `batch` and commits it with `tombstones` as one segment (nothing
-/// when both are empty).
+/// What one commit writes: records to embed, removals, and records that
+/// keep their vector (an unchanged source seen at a newer version).
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    /// Records to embed.
+    pub(crate) pending: Vec<Pending>,
+    /// Removals.
+    pub(crate) tombstones: Vec<Tombstone>,
+    /// Records with their vectors, committed as they are.
+    pub(crate) bumps: Vec<(Record, Vec<f32>)>,
+}
+
+/// Embeds `batch`'s pending records and commits everything in it as one
+/// segment (nothing when it is empty) — against `basis`, the snapshot it
+/// was computed from, when given, so that no versioned node goes back to
+/// an older version ([`index::commit_ordered`]).
 ///
 /// # Errors
 /// Embedder, store or index failures.
@@ -414,19 +432,30 @@ pub(crate) async fn commit_batch(
     account: &AccountId,
     embedder: &dyn Embedder,
     info: &EmbedderInfo,
-    batch: Vec<Pending>,
-    tombstones: Vec<Tombstone>,
+    batch: Batch,
+    basis: Option<&index::IndexSnapshot>,
 ) -> Result<(), IngestError> {
-    if batch.is_empty() && tombstones.is_empty() {
+    let Batch { pending, tombstones, bumps } = batch;
+    if pending.is_empty() && tombstones.is_empty() && bumps.is_empty() {
         return Ok(());
     }
-    let texts: Vec<&str> = batch.iter().map(|p| p.embed_text.as_str()).collect();
-    let vectors = embedder.embed(&texts).await?;
+    let texts: Vec<&str> = pending.iter().map(|p| p.embed_text.as_str()).collect();
+    let vectors = if texts.is_empty() { Vec::new() } else { embedder.embed(&texts).await? };
     let mut segment = Segment { dim: info.dimension, tombstones, ..Segment::default() };
-    for (pending, vector) in batch.into_iter().zip(vectors) {
-        segment.records.push(pending.record);
+    for (record, vector) in pending.into_iter().map(|p| p.record).zip(vectors).chain(bumps) {
+        segment.records.push(record);
         segment.vectors.extend(vector);
     }
-    index::commit(store, account, info, &segment).await?;
+    match basis {
+        Some(basis) => {
+            let (_, dropped) = index::commit_ordered(store, account, info, segment, basis).await?;
+            if dropped > 0 {
+                tracing::info!(account = %account, dropped, "changes older than the index were not committed");
+            }
+        }
+        None => {
+            index::commit(store, account, info, &segment).await?;
+        }
+    }
     Ok(())
 }

@@ -18,8 +18,9 @@ use crate::uri::VikingUri;
 pub const LEDGER_VERSION: u32 = 1;
 /// Records kept at most (newest first).
 pub const MAX_RECORDS: usize = 500;
-/// Write attempts before a write is reported as failed.
-const WRITE_ATTEMPTS: u32 = 16;
+/// Write attempts before a write is reported as failed (the request's soft
+/// stop bounds them in time too).
+const WRITE_ATTEMPTS: u32 = 64;
 
 /// One served URI.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -445,17 +445,25 @@ impl<'a> Sessions<'a> {
                 // Our own update, whose outcome was unknown, landed.
                 Some(Some(seq)) if Some(seq) == claimed => return Ok(Appended { meta, added: true }),
                 Some(_) => {
-                    // An earlier request (or a concurrent retry) appended it.
-                    if let Some(seq) = claimed {
-                        self.give_back(id, seq).await;
-                    }
+                    // An earlier request (or a concurrent retry) appended
+                    // it. Our slot, if we claimed one, stays unrecorded:
+                    // no read shows it, and a commit that archives past it
+                    // deletes it. (Deleting it now could, through the SDK's
+                    // retry of the delete, remove a slot another append
+                    // has claimed since.)
                     return Ok(Appended { meta, added: false });
                 }
                 None => {}
             }
             if let Some(seq) = claimed.filter(|seq| *seq < meta.archived_seq) {
-                // A commit archived past our slot while we waited: claim anew.
-                self.give_back(id, seq).await;
+                // A commit archived past our slot while we waited (and will
+                // delete it: no append claims below the archive mark):
+                // claim anew.
+                tracing::debug!(
+                    session = id.as_str(),
+                    seq,
+                    "slot archived past before it was recorded; claiming another"
+                );
                 claimed = None;
             }
             let seq = match claimed {
@@ -524,14 +532,6 @@ impl<'a> Sessions<'a> {
                 Err(StoreError::NotFound(_)) => seq += 1,
                 Err(e) => return Err(e.into()),
             }
-        }
-    }
-
-    /// Deletes slot `seq`, claimed by this append and recorded by no meta
-    /// (so no read shows it). A failed delete leaves it, still unseen.
-    async fn give_back(&self, id: &SessionId, seq: u64) {
-        if let Err(e) = self.store.delete(&self.message_key(id, seq)).await {
-            tracing::debug!(session = id.as_str(), seq, error = %e, "an unrecorded message slot was not deleted");
         }
     }
 
@@ -884,7 +884,10 @@ impl Sessions<'_> {
             meta.last_commit_at = now.to_owned();
             meta.updated_at = now.to_owned();
             match self.store.put(&self.meta_key(id), encode(&meta)?, PutMode::IfMatch(etag)).await {
-                Ok(_) => return Ok(meta),
+                Ok(_) => {
+                    self.delete_unrecorded(id, &plan.gaps).await;
+                    return Ok(meta);
+                }
                 Err(StoreError::Conflict(_)) => backoff(attempt).await,
                 // Unknown: the next read shows the mark moved, or not.
                 Err(e @ StoreError::Backend { .. }) => {
@@ -898,6 +901,27 @@ impl Sessions<'_> {
             }
         }
         Err(SessionError::Contention(id.as_str().to_owned()))
+    }
+
+    /// Deletes the slots `seqs`, which a landed archive mark has passed
+    /// without any meta recording them (claims of appends that failed or
+    /// lost a race). No append claims below the mark, so no later write can
+    /// reuse these keys: the delete is safe even when the SDK retries it.
+    /// Best effort: a slot left behind stays unseen.
+    async fn delete_unrecorded(&self, id: &SessionId, seqs: &[u64]) {
+        // Owned keys: see `IndexSnapshot::load_manifest`.
+        let keys: Vec<String> = seqs.iter().map(|seq| self.message_key(id, *seq)).collect();
+        let store = self.store;
+        futures_util::StreamExt::for_each_concurrent(
+            futures_util::stream::iter(keys),
+            READ_CONCURRENCY,
+            |key| async move {
+                if let Err(e) = store.delete(&key).await {
+                    tracing::debug!(key, error = %e, "an unrecorded message slot was not deleted");
+                }
+            },
+        )
+        .await;
     }
 
     /// The session's context for resuming it within `token_budget`

@@ -71,6 +71,7 @@ index_suite!(
     mixing_embedders_is_refused,
     cache_reuses_and_revalidates_snapshots,
     cache_keeps_within_its_memory_bound,
+    ordered_commits_never_go_back,
     events_decay_with_age,
 );
 
@@ -110,6 +111,7 @@ fn record(text: &str, level: Level) -> Record {
         tags: Vec::new(),
         owner_user_id: None,
         source_hash: format!("hash of {text}"),
+        source_version: None,
     }
 }
 
@@ -153,7 +155,8 @@ fn segment(rows: Vec<(Record, Vec<f32>)>, tombstones: &[(&str, Level)]) -> Segme
         out.records.push(r);
         out.vectors.extend(v);
     }
-    out.tombstones = tombstones.iter().map(|(u, level)| Tombstone { uri: uri(u), level: *level }).collect();
+    out.tombstones =
+        tombstones.iter().map(|(u, level)| Tombstone { uri: uri(u), level: *level, source_version: None }).collect();
     out
 }
 
@@ -882,6 +885,62 @@ async fn cache_keeps_within_its_memory_bound(store: &SharedStore) {
     assert_eq!(tiny.snapshot(&accounts[0]).await.expect("served").len(), 20);
     assert_eq!(tiny.snapshot(&accounts[1]).await.expect("served").len(), 21);
     assert!(tiny.usage().bytes < one * 2, "only the last account is held: {:?}", tiny.usage());
+}
+
+async fn ordered_commits_never_go_back(store: &SharedStore) {
+    let node = "viking://resources/ordered/n.md";
+    let at = |version: &str| {
+        let mut r = record(node, LEVEL_FILE);
+        r.source_hash = format!("content {version}");
+        r.source_version = Some(version.to_owned());
+        segment(vec![(r, axis(1))], &[])
+    };
+    let removed = |version: &str| {
+        let mut s = segment(Vec::new(), &[(node, LEVEL_FILE)]);
+        s.tombstones[0].source_version = Some(version.to_owned());
+        s
+    };
+    let hash = |snapshot: &IndexSnapshot| snapshot.get(&uri(node), LEVEL_FILE).map(|r| r.source_hash.clone());
+
+    let start = load(store).await;
+    let (_, dropped) = ordered(store, at("01"), &start).await;
+    assert_eq!(dropped, 0);
+    // Two indexers read the index at the same point; the one that read the
+    // newer source (03) commits first, the stale one (02) after it.
+    let basis = load(store).await;
+    assert_eq!(ordered(store, at("03"), &basis).await.1, 0);
+    let (_, dropped) = ordered(store, at("02"), &basis).await;
+    assert_eq!(dropped, 1, "the older version is not committed over the newer");
+    assert_eq!(hash(&load(store).await).as_deref(), Some("content 03"));
+    // Sequencers of different widths compare as padded hex.
+    assert_eq!(ordered(store, at("0A"), &load(store).await).await.1, 0);
+    assert_eq!(hash(&load(store).await).as_deref(), Some("content 0A"));
+
+    // A removal (0B) wins over a stale read of the file (09), also after a
+    // compaction has merged the removal away.
+    let basis = load(store).await;
+    assert_eq!(ordered(store, removed("0B"), &basis).await.1, 0);
+    compact(store, &account(), &embedder()).await.expect("compact");
+    assert_eq!(stored_manifest(store).await.0.segments.len(), 1);
+    let (_, dropped) = ordered(store, at("09"), &basis).await;
+    assert_eq!(dropped, 1, "no resurrection of a removed node");
+    assert_eq!(hash(&load(store).await), None);
+    // A newer source brings it back; an unversioned commit (ingest) always lands.
+    assert_eq!(ordered(store, at("0C"), &load(store).await).await.1, 0);
+    assert_eq!(hash(&load(store).await).as_deref(), Some("content 0C"));
+    let mut ingested = record(node, LEVEL_FILE);
+    ingested.source_hash = "ingested".into();
+    commit_ok(store, &segment(vec![(ingested, axis(2))], &[])).await;
+    assert_eq!(hash(&load(store).await).as_deref(), Some("ingested"));
+    assert_eq!(
+        ordered(store, at("0D"), &load(store).await).await.1,
+        0,
+        "any version is newer than an unversioned record"
+    );
+}
+
+async fn ordered(store: &SharedStore, seg: Segment, basis: &IndexSnapshot) -> (Manifest, usize) {
+    skald::index::commit_ordered(store, &account(), &embedder(), seg, basis).await.expect("commit")
 }
 
 async fn events_decay_with_age(store: &SharedStore) {

@@ -34,7 +34,7 @@ fn account() -> AccountId {
 }
 
 fn change(path: &str, at: i64) -> Change {
-    Change { key: tree_key(path), at }
+    Change { key: tree_key(path), at, version: None }
 }
 
 async fn put(store: &SharedStore, path: &str, text: &str) {
@@ -67,6 +67,14 @@ async fn found(app: &Arc<App>, query: &str) -> Vec<String> {
 
 async fn applied(app: &App, changes: &[Change]) -> IndexerReport {
     apply(app, changes).await.expect("apply the changes")
+}
+
+/// A new S3 `sequencer` for each notification record, increasing as S3's
+/// are for one key's successive changes (and of varying width, as S3's
+/// may be: they compare as padded hex).
+fn next_sequencer() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0x0A1B_2C3D_4E5F_6789);
+    format!("{:X}", NEXT.fetch_add(0x10, std::sync::atomic::Ordering::Relaxed))
 }
 
 /// One life of a node through the indexer, on `store`.
@@ -133,8 +141,8 @@ async fn the_index_follows_the_store(store: SharedStore) {
     let ignored = [
         change("user/default/sessions/s1/meta.json", 7_000),
         change("resources/.draft.md", 7_000),
-        Change { key: manifest_key(&account()), at: 7_000 },
-        Change { key: "elsewhere/x.md".into(), at: 7_000 },
+        Change { key: manifest_key(&account()), at: 7_000, version: None },
+        Change { key: "elsewhere/x.md".into(), at: 7_000, version: None },
     ];
     assert_eq!(applied(&app, &ignored).await, IndexerReport { ignored: 4, ..IndexerReport::default() });
     assert_eq!(generation(&store).await, before);
@@ -149,6 +157,100 @@ async fn the_index_follows_a_local_store() {
 #[tokio::test]
 async fn the_index_follows_s3() {
     the_index_follows_the_store(s3_shared_store("indexer-follows").await).await;
+}
+
+const NOTE_V3: &str = "# Summary\nKafka consumer lag alerts are paged to the streaming on-call.\n";
+
+/// A change of `path` at `at` with notification version `version`.
+fn versioned(path: &str, at: i64, version: &str) -> Change {
+    Change { key: tree_key(path), at, version: Some(version.to_owned()) }
+}
+
+/// The abstract the index holds for the note, if any.
+async fn note_abstract(store: &SharedStore) -> Option<String> {
+    record(store, NOTE_URI, 2).await.map(|r| r.abstract_text)
+}
+
+/// Runs `changes` through a second indexer (its own app over `store`)
+/// whose segment write is held up, and returns once it has read the store
+/// and is held: the caller changes the store meanwhile, then awaits the
+/// handle, as when two indexer invocations overlap.
+async fn held_indexer(store: &SharedStore, changes: Vec<Change>) -> tokio::task::JoinHandle<IndexerReport> {
+    use skald_tests::faults::{Fault, FaultyStore, Op, Rule};
+    let hold = Rule::every(Op::Put, "/index/segments/", Fault::Latency(std::time::Duration::from_millis(700)));
+    let faults = Arc::new(FaultyStore::new(Arc::clone(store), vec![hold]));
+    let app = skald_tests::fixture::app_over_store(Arc::clone(&faults) as SharedStore);
+    let task = tokio::spawn(async move { applied(&app, &changes).await });
+    let started = std::time::Instant::now();
+    while faults.injected().is_empty() {
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "the held indexer reached its commit");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    task
+}
+
+/// Overlapping indexer invocations, each committing what it read, never
+/// leave the index behind the store: a stale read committed last is
+/// dropped, a removed file is not brought back (even after a compaction),
+/// and a file changed and changed back keeps its current content.
+async fn overlapping_indexers_never_go_back(store: SharedStore) {
+    let (app, _source) = app_with_corpus_in(DEFAULT_CORPUS, &[], store.clone()).await;
+    put(&store, NOTE, NOTE_V1).await;
+    applied(&app, &[versioned(NOTE, 1_000, "01")]).await;
+
+    // An older read (02) commits after a newer one (03).
+    put(&store, NOTE, NOTE_V2).await;
+    let stale = held_indexer(&store, vec![versioned(NOTE, 2_000, "02")]).await;
+    put(&store, NOTE, NOTE_V3).await;
+    assert_eq!(applied(&app, &[versioned(NOTE, 3_000, "03")]).await.indexed, 1);
+    stale.await.expect("the stale indexer");
+    assert_eq!(
+        note_abstract(&store).await.as_deref(),
+        Some("Kafka consumer lag alerts are paged to the streaming on-call.")
+    );
+
+    // A read of a file (04) that is then removed (05), with a compaction
+    // between the removal and the stale commit.
+    put(&store, NOTE, NOTE_V1).await;
+    let stale = held_indexer(&store, vec![versioned(NOTE, 4_000, "04")]).await;
+    store.delete(&tree_key(NOTE)).await.expect("delete");
+    assert_eq!(applied(&app, &[versioned(NOTE, 5_000, "05")]).await.removed, 1);
+    skald::index::compact(&store, &account(), &app.embedder_info()).await.expect("compact");
+    stale.await.expect("the stale indexer");
+    assert_eq!(note_abstract(&store).await, None, "the removed file stays removed");
+
+    // Changed (07) and changed back (08) while the read of the change is
+    // held: the change back finds the index unchanged and records its
+    // version, which the held commit then cannot pass.
+    put(&store, NOTE, NOTE_V1).await;
+    assert_eq!(applied(&app, &[versioned(NOTE, 6_000, "06")]).await.indexed, 1);
+    put(&store, NOTE, NOTE_V2).await;
+    let stale = held_indexer(&store, vec![versioned(NOTE, 7_000, "07")]).await;
+    put(&store, NOTE, NOTE_V1).await;
+    assert_eq!(applied(&app, &[versioned(NOTE, 8_000, "08")]).await.unchanged, 1);
+    stale.await.expect("the stale indexer");
+    assert_eq!(
+        note_abstract(&store).await.as_deref(),
+        Some("Kafka consumer lag alerts fire at ten thousand messages.")
+    );
+    let version = record(&store, NOTE_URI, 2).await.and_then(|r| r.source_version);
+    assert_eq!(version.as_deref(), Some("08"));
+
+    // A repeat of the newest notification costs no write.
+    let before = generation(&store).await;
+    assert_eq!(applied(&app, &[versioned(NOTE, 8_000, "08")]).await.unchanged, 1);
+    assert_eq!(generation(&store).await, before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overlapping_indexers_never_go_back_on_a_local_store() {
+    let (store, _dir) = local_store();
+    overlapping_indexers_never_go_back(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overlapping_indexers_never_go_back_on_s3() {
+    overlapping_indexers_never_go_back(s3_shared_store("indexer-overlap").await).await;
 }
 
 /// A tree the indexer builds from store notifications has the records (and
@@ -204,7 +306,7 @@ fn notification(records: &[(&str, &str, &str, &str)]) -> aws_lambda_events::s3::
                 "s3": {
                     "s3SchemaVersion": "1.0", "configurationId": "indexer",
                     "bucket": {"name": bucket, "ownerIdentity": {"principalId": "O"}, "arn": format!("arn:aws:s3:::{bucket}")},
-                    "object": {"key": key, "size": 64, "eTag": "0123456789abcdef0123456789abcdef", "sequencer": "0A1B2C3D4E5F678901"}
+                    "object": {"key": key, "size": 64, "eTag": "0123456789abcdef0123456789abcdef", "sequencer": next_sequencer()}
                 }
             })
         })
@@ -247,8 +349,16 @@ fn s3_keys_are_decoded_and_kept_to_the_store_bucket_and_prefix() {
     assert_eq!(
         changes,
         [
-            Change { key: "accounts/default/tree/resources/notes/Kafka lagé +1.md".into(), at: 1_796_018_400 },
-            Change { key: "accounts/default/tree/resources/a.md".into(), at: 1_796_018_401 },
+            Change {
+                key: "accounts/default/tree/resources/notes/Kafka lagé +1.md".into(),
+                at: 1_796_018_400,
+                version: event.records[0].s3.object.sequencer.clone(),
+            },
+            Change {
+                key: "accounts/default/tree/resources/a.md".into(),
+                at: 1_796_018_401,
+                version: event.records[1].s3.object.sequencer.clone(),
+            },
         ]
     );
     // Without a prefix, every key of the bucket is relative to the root.
@@ -471,7 +581,7 @@ async fn one_broken_account_fails_only_its_messages(store: SharedStore, s3: Opti
     let (broken_a, broken_b) = ("resources/ops/pager.md", "resources/ops/escalation.md");
     put_in(&store, &broken_key(broken_a), "# Summary\nPager duty rotates every Monday at nine.\n").await;
     put_in(&store, &broken_key(broken_b), "# Summary\nEscalate to the incident commander after an hour.\n").await;
-    let report = applied(&app, &[Change { key: broken_key(broken_a), at: 1_000 }]).await;
+    let report = applied(&app, &[Change { key: broken_key(broken_a), at: 1_000, version: None }]).await;
     assert_eq!(report.indexed, 1, "{report:?}");
     break_manifest(&store).await;
 
@@ -565,12 +675,12 @@ async fn apply_names_the_failed_account_and_commits_the_others() {
     let (app, _source) = app_with_corpus_in(DEFAULT_CORPUS, &[], store.clone()).await;
     let other_embedder: Arc<dyn skald::embed::Embedder> = Arc::new(HashedEmbedder::new(EMBED_DIMENSION / 2));
     let other_app = App::with_parts(app.config.clone(), store.clone(), other_embedder);
-    let mismatched = Change { key: broken_key("resources/ops/pager.md"), at: 1_000 };
+    let mismatched = Change { key: broken_key("resources/ops/pager.md"), at: 1_000, version: None };
     put_in(&store, &mismatched.key, "# Summary\nPager duty rotates every Monday at nine.\n").await;
     assert_eq!(applied(&other_app, std::slice::from_ref(&mismatched)).await.indexed, 1);
 
     put(&store, NOTE, NOTE_V1).await;
-    let ignored = Change { key: manifest_key(&account()), at: 2_000 };
+    let ignored = Change { key: manifest_key(&account()), at: 2_000, version: None };
     let changes = [change(NOTE, 2_000), mismatched.clone(), ignored.clone()];
     let err = apply(&app, &changes).await.expect_err("the other embedder's account fails");
     assert_eq!(err.report, IndexerReport { indexed: 1, ignored: 1, ..IndexerReport::default() });

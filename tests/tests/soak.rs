@@ -80,6 +80,7 @@ fn versioned(writer: usize, node: usize, version: usize) -> Segment {
         tags: Vec::new(),
         owner_user_id: None,
         source_hash: format!("w{writer}-n{node}-v{version}"),
+        source_version: None,
     };
     let mut vector = vec![0.0; EMBED_DIMENSION];
     vector[(writer * 7 + node) % EMBED_DIMENSION] = 1.0;

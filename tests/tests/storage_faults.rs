@@ -104,6 +104,7 @@ fn one_record(name: &str) -> Segment {
         tags: Vec::new(),
         owner_user_id: None,
         source_hash: format!("hash of {name}"),
+        source_version: None,
     };
     let mut vector = vec![0.0; DIM];
     vector[name.len() % DIM] = 1.0;
@@ -324,6 +325,8 @@ async fn a_failed_append_leaves_no_visible_orphan(store: SharedStore) {
     let committed = sessions_post(&app, &format!("{SESSIONS_PATH}/{session}/commit"), &json!({})).await;
     assert_eq!(committed.json["result"]["archived_message_count"], 3, "{}", committed.text);
     assert_eq!(session_view(&app, session).await, (0, Vec::new()));
+    let slots = store.list(&session_key("default", session, "messages/")).await.expect("list");
+    assert_eq!(slots.len(), 3, "the commit deleted the failed append's slot: {slots:?}");
 }
 
 async fn a_retried_batch_applies_nothing_twice(store: SharedStore) {

@@ -49,7 +49,11 @@ fn change(record: &S3EventRecord, location: &StoreLocation) -> Option<Change> {
         }
         StoreLocation::Local(_) => Some(key.as_ref()),
     }?;
-    Some(Change { key: relative.to_owned(), at: record.event_time.timestamp() })
+    Some(Change {
+        key: relative.to_owned(),
+        at: record.event_time.timestamp(),
+        version: record.s3.object.sequencer.clone().filter(|s| !s.is_empty()),
+    })
 }
 
 /// The part of an SQS batch the indexer reads. (`aws_lambda_events`'

@@ -243,6 +243,83 @@ pub async fn commit(
     Ok(manifest)
 }
 
+/// Commits `segment`, computed against `basis` (the index as the caller
+/// read it), so that no node goes back to an older version: when the
+/// manifest has moved on since `basis`, the index as it now stands is
+/// loaded (reusing `basis`'s segments) and every versioned entry of
+/// `segment` whose node it holds at the same or a newer version
+/// ([`Record::source_version`]) is dropped before the commit is tried
+/// again. Returns the manifest and how many entries were dropped.
+/// Unversioned entries (from `ingest`) are committed as [`commit`] does.
+///
+/// Cost: as [`commit`] when nothing moved; each time the manifest moved,
+/// a load of its new segments, and a segment put when entries were
+/// dropped. Unknown outcomes are decided as in [`commit`]; a segment put
+/// for an attempt that a manifest read then showed superseded is deleted.
+///
+/// # Errors
+/// As [`commit`].
+pub async fn commit_ordered(
+    store: &SharedStore,
+    account: &AccountId,
+    embedder: &EmbedderInfo,
+    mut segment: Segment,
+    basis: &IndexSnapshot,
+) -> Result<(Manifest, usize), IndexError> {
+    let mut newer: Option<IndexSnapshot> = None;
+    let mut dropped = segment.drop_superseded(basis);
+    for _ in 0..CAS_ATTEMPTS {
+        let current = newer.as_ref().unwrap_or(basis);
+        if let Some(manifest) = &current.manifest {
+            check_embedder(account, manifest, embedder)?;
+        }
+        if segment.records.is_empty() && segment.tombstones.is_empty() {
+            let manifest = current.manifest.clone().unwrap_or_else(|| empty_manifest(embedder));
+            return Ok((manifest, dropped));
+        }
+        let expected: Vec<String> =
+            current.manifest.iter().flat_map(|m| m.segments.iter().map(|s| s.key.clone())).collect();
+        let body = segment.encode()?;
+        let key = segment_key(account, &body);
+        let seg_ref = SegmentRef {
+            key: key.clone(),
+            records: segment.records.len(),
+            tombstones: segment.tombstones.len(),
+            bytes: body.len() as u64,
+        };
+        put_segment(store, &key, body).await?;
+        let (manifest, edit) = swap_manifest(store, account, embedder, None, |m| {
+            if m.segments.iter().any(|s| s.key == seg_ref.key) {
+                Edit::Landed
+            } else if !m.segments.iter().map(|s| &s.key).eq(expected.iter()) {
+                // Another writer committed since `current`: judge again.
+                Edit::Abandoned
+            } else {
+                m.segments.push(seg_ref.clone());
+                Edit::Write
+            }
+        })
+        .await?;
+        if edit != Edit::Abandoned {
+            if manifest.segments.len() >= COMPACT_AT
+                && let Err(e) = compact(store, account, embedder).await
+            {
+                tracing::warn!(account = %account, error = %e, "index compaction failed; will retry on a later commit");
+            }
+            return Ok((manifest, dropped));
+        }
+        // A manifest read showed it moved on without our segment, and no
+        // write of ours against an older manifest can land any more.
+        if let Err(e) = store.delete(&key).await {
+            tracing::debug!(key, error = %e, "an unreferenced segment was not deleted");
+        }
+        let loaded = IndexSnapshot::load(store, account, Some(current)).await?;
+        dropped += segment.drop_superseded(&loaded);
+        newer = Some(loaded);
+    }
+    Err(IndexError::Contention(account.to_string()))
+}
+
 fn empty_manifest(embedder: &EmbedderInfo) -> Manifest {
     Manifest { version: 1, embedder: embedder.clone(), segments: Vec::new(), generation: 0 }
 }
@@ -352,10 +429,10 @@ pub async fn compact(store: &SharedStore, account: &AccountId, embedder: &Embedd
     // One copy of the records at a time: the snapshot, then the merged
     // segment, then its bytes.
     drop(snapshot);
-    let (records, body) = (merged.records.len(), merged.encode()?);
+    let (records, tombstones, body) = (merged.records.len(), merged.tombstones.len(), merged.encode()?);
     drop(merged);
     let key = segment_key(account, &body);
-    let merged_ref = SegmentRef { key: key.clone(), records, tombstones: 0, bytes: body.len() as u64 };
+    let merged_ref = SegmentRef { key: key.clone(), records, tombstones, bytes: body.len() as u64 };
     put_segment(store, &key, body).await?;
     let replaced: Vec<SegmentRef> = manifest.segments.clone();
     // The first attempt swaps against the manifest read above.
@@ -452,6 +529,7 @@ pub struct IndexSnapshot {
     segments: Vec<(String, Arc<Segment>)>,
     live: Vec<Vec<bool>>,
     live_count: usize,
+    deleted: Deleted,
     memory_bytes: usize,
 }
 
@@ -537,10 +615,22 @@ impl IndexSnapshot {
             .buffered(SEGMENT_CONCURRENCY)
             .try_collect()
             .await?;
-        let (live, live_count) = liveness(&segments);
+        let (live, live_count, deleted) = liveness(&segments);
         let memory_bytes = segments.iter().map(|(key, seg)| key.len() + seg.memory_bytes()).sum::<usize>()
             + live.iter().map(Vec::len).sum::<usize>();
-        Ok(Self { etag: Some(etag), manifest: Some(manifest), segments, live, live_count, memory_bytes })
+        Ok(Self { etag: Some(etag), manifest: Some(manifest), segments, live, live_count, deleted, memory_bytes })
+    }
+
+    /// The version of the newest entry the index holds for `(uri, level)`:
+    /// `Some(version)` for a live record or a tombstone that removed the
+    /// node (`version` is `None` for unversioned entries), `None` when the
+    /// index never held the node. Cost: a scan of the records.
+    #[must_use]
+    pub fn version_of(&self, uri: &VikingUri, level: Level) -> Option<Option<&str>> {
+        match self.get(uri, level) {
+            Some(record) => Some(record.source_version.as_deref()),
+            None => self.deleted.get(&(uri.clone(), level)).map(Option::as_deref),
+        }
     }
 
     /// An estimate of the memory the snapshot holds (its segments' vectors
@@ -596,7 +686,15 @@ impl IndexSnapshot {
         self.records().map(|(r, _)| r).find(|r| &r.uri == uri && r.level == level)
     }
 
-    /// The live records merged into one segment (for compaction).
+    /// The live record for `(uri, level)` with its vector.
+    #[must_use]
+    pub fn get_with_vector(&self, uri: &VikingUri, level: Level) -> Option<(&Record, &[f32])> {
+        self.records().find(|(r, _)| &r.uri == uri && r.level == level)
+    }
+
+    /// The live records merged into one segment (for compaction), with the
+    /// versioned tombstones of removed nodes, so that a commit of an older
+    /// version still finds the node removed.
     #[must_use]
     pub fn to_segment(&self, dim: usize) -> Segment {
         let mut out = Segment { dim, ..Segment::default() };
@@ -604,6 +702,18 @@ impl IndexSnapshot {
             out.records.push(record.clone());
             out.vectors.extend_from_slice(vector);
         }
+        let mut kept: Vec<Tombstone> = self
+            .deleted
+            .iter()
+            .filter(|(_, version)| version.is_some())
+            .map(|((uri, level), version)| Tombstone {
+                uri: uri.clone(),
+                level: *level,
+                source_version: version.clone(),
+            })
+            .collect();
+        kept.sort_by(|a, b| (a.uri.as_str(), a.level).cmp(&(b.uri.as_str(), b.level)));
+        out.tombstones = kept;
         out
     }
 
@@ -708,9 +818,14 @@ fn sanitize(x: f64) -> f64 {
 
 /// Which rows are live: newest segment first, a `(uri, level)` is live in
 /// the newest segment that has it unless a newer tombstone removed it.
-fn liveness(segments: &[(String, Arc<Segment>)]) -> (Vec<Vec<bool>>, usize) {
+/// The nodes a tombstone removed (no newer record), with the tombstone's
+/// version.
+type Deleted = HashMap<(VikingUri, Level), Option<String>>;
+
+fn liveness(segments: &[(String, Arc<Segment>)]) -> (Vec<Vec<bool>>, usize, Deleted) {
     let mut seen: HashSet<(&VikingUri, Level)> = HashSet::new();
     let mut live: Vec<Vec<bool>> = segments.iter().map(|(_, s)| vec![false; s.records.len()]).collect();
+    let mut deleted = Deleted::new();
     let mut count = 0;
     for (s, (_, seg)) in segments.iter().enumerate().rev() {
         // Within a segment the last record for a key wins; tombstones only
@@ -721,9 +836,13 @@ fn liveness(segments: &[(String, Arc<Segment>)]) -> (Vec<Vec<bool>>, usize) {
                 count += 1;
             }
         }
-        seen.extend(seg.tombstones.iter().map(|t| (&t.uri, t.level)));
+        for t in &seg.tombstones {
+            if seen.insert((&t.uri, t.level)) {
+                deleted.insert((t.uri.clone(), t.level), t.source_version.clone());
+            }
+        }
     }
-    (live, count)
+    (live, count, deleted)
 }
 
 /// Keeps accounts' loaded indexes warm between requests, revalidates each

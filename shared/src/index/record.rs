@@ -168,6 +168,34 @@ pub struct Record {
     pub owner_user_id: Option<String>,
     /// Hash of the source the record was built from (skips unchanged files).
     pub source_hash: String,
+    /// The version of the source the record was built from: the `sequencer`
+    /// of the S3 event notification the indexer read it for ([`version_cmp`]
+    /// orders them); `None` for records `ingest` commits, which count as
+    /// older than any version. A commit never replaces a node's entry with
+    /// one of an older version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_version: Option<String>,
+}
+
+/// Orders two source versions (S3 event sequencers: hex strings, compared
+/// after padding the shorter with leading zeros, as S3 documents).
+#[must_use]
+pub fn version_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    let width = a.len().max(b.len());
+    let pad = |s: &str| format!("{}{}", "0".repeat(width - s.len()), s.to_ascii_uppercase());
+    pad(a).cmp(&pad(b))
+}
+
+/// Whether an entry of version `ours` may replace one of version `theirs`:
+/// only when it is strictly newer (`None`, an unversioned entry, is older
+/// than any version and newer than none).
+#[must_use]
+pub fn supersedes(ours: Option<&str>, theirs: Option<&str>) -> bool {
+    match (ours, theirs) {
+        (Some(ours), Some(theirs)) => version_cmp(ours, theirs).is_gt(),
+        (Some(_), None) => true,
+        (None, _) => false,
+    }
 }
 
 impl Record {
@@ -216,6 +244,15 @@ mod tests {
     }
 
     #[test]
+    fn versions_order_as_s3_sequencers() {
+        assert!(version_cmp("0A", "9").is_gt(), "padded: 0A > 09");
+        assert!(version_cmp("00000000000000000A", "B").is_lt());
+        assert!(version_cmp("5f", "5F").is_eq());
+        assert!(supersedes(Some("2"), Some("1")) && !supersedes(Some("1"), Some("1")));
+        assert!(supersedes(Some("1"), None) && !supersedes(None, Some("1")) && !supersedes(None, None));
+    }
+
+    #[test]
     fn directory_hits_carry_their_level_suffix() {
         let mut r = Record {
             uri: VikingUri::parse("viking://resources/aws").expect("valid"),
@@ -232,6 +269,7 @@ mod tests {
             tags: vec![],
             owner_user_id: None,
             source_hash: String::new(),
+            source_version: None,
         };
         assert_eq!(r.display_uri(), "viking://resources/aws/.abstract.md");
         r.level = LEVEL_OVERVIEW;

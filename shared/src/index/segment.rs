@@ -23,6 +23,10 @@ pub struct Tombstone {
     pub uri: VikingUri,
     /// Its level.
     pub level: Level,
+    /// The version of the store's state that removed it
+    /// ([`Record::source_version`]); `None` from `ingest`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_version: Option<String>,
 }
 
 /// One decoded segment.
@@ -65,6 +69,30 @@ impl Segment {
             + self.vectors.len() * std::mem::size_of::<f32>()
             + self.records.iter().map(record).sum::<usize>()
             + tombstones
+    }
+
+    /// Drops every versioned record and tombstone for which `current` (the
+    /// index as it stands) already holds the node at the same or a newer
+    /// version ([`super::record::supersedes`]); unversioned entries stay.
+    /// Returns how many were dropped. Cost: one lookup per entry.
+    pub fn drop_superseded(&mut self, current: &super::IndexSnapshot) -> usize {
+        let stale = |uri: &VikingUri, level: Level, version: Option<&String>| {
+            version.is_some_and(|ours| {
+                current.version_of(uri, level).is_some_and(|theirs| !super::record::supersedes(Some(ours), theirs))
+            })
+        };
+        let before = self.records.len() + self.tombstones.len();
+        let dim = self.dim;
+        let (records, vectors): (Vec<Record>, Vec<Vec<f32>>) = std::mem::take(&mut self.records)
+            .into_iter()
+            .enumerate()
+            .filter(|(_, r)| !stale(&r.uri, r.level, r.source_version.as_ref()))
+            .map(|(i, r)| (r, self.vectors[i * dim..(i + 1) * dim].to_vec()))
+            .unzip();
+        self.records = records;
+        self.vectors = vectors.concat();
+        self.tombstones.retain(|t| !stale(&t.uri, t.level, t.source_version.as_ref()));
+        before - self.records.len() - self.tombstones.len()
     }
 
     /// The vector of row `i`.

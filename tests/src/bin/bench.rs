@@ -166,6 +166,7 @@ fn make_record(i: usize, rng: &mut Rng, now: i64) -> Record {
         overview_tokens: Some(120),
         full_tokens: Some(400),
         source_hash: skald::ingest::source_hash(abstract_text.as_bytes()),
+        source_version: None,
         abstract_text,
         size: 200 + rng.below(20_000) as u64,
         created_at,

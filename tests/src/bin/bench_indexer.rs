@@ -89,7 +89,7 @@ async fn step(target: &Target, key: &str, want: &IndexerReport) -> (Duration, BT
     if let Some(log) = &target.log {
         log.take();
     }
-    let change = Change { key: key.to_owned(), at: 1_800_000_000 };
+    let change = Change { key: key.to_owned(), at: 1_800_000_000, version: None };
     let started = Instant::now();
     let report = apply(&target.app, &[change]).await.unwrap_or_else(|e| fail("apply", e));
     let took = started.elapsed();
@@ -217,7 +217,9 @@ async fn cold_load(target: &Target, segments: usize) {
         let tag: String = target.label.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
         let key = format!("accounts/default/tree/resources/bench/cold-{tag}-{i:04}.md");
         target.plain.put(&key, text(i, 1), PutMode::Overwrite).await.unwrap_or_else(|e| fail("put", e));
-        apply(&target.app, &[Change { key, at: 1_800_000_000 }]).await.unwrap_or_else(|e| fail("apply", e));
+        apply(&target.app, &[Change { key, at: 1_800_000_000, version: None }])
+            .await
+            .unwrap_or_else(|e| fail("apply", e));
     }
     let store = &target.app.store;
     let listed = skald::index::IndexSnapshot::load(&target.plain, &account, None)
