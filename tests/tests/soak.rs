@@ -1,13 +1,15 @@
 //! A soak test with a fixed seed: concurrent index commits (with their
-//! compactions), session appends (two writers sharing one session too) and
-//! context-mode searches with dedup, over a store that injects random
+//! compactions), uploads indexed by two overlapping indexers, session
+//! appends (two writers sharing one session too) and context-mode searches
+//! with dedup, over a store that injects random
 //! faults ([`FaultyStore::random`]): writes that land but report a timeout
 //! or 412, writes that fail, throttling, truncated and foreign bodies,
 //! lagging listings. Writers retry what was not acknowledged, as clients
 //! do. At the end, with the faults off, the invariants must hold:
 //!
 //! - no manifest references a missing segment, and the index loads;
-//! - every node's record is the last version its writer had acknowledged;
+//! - every node's record is the last version its writer had acknowledged,
+//!   and every uploaded file is indexed at the content the store holds;
 //! - every acknowledged message is readable exactly once, and each
 //!   session's count equals its readable messages;
 //! - no request answered 500.
@@ -23,7 +25,8 @@ use serde_json::json;
 use skald::identity::AccountId;
 use skald::index::record::{LEVEL_FILE, classify};
 use skald::index::{IndexSnapshot, Record, Segment, commit, manifest_key};
-use skald::store::SharedStore;
+use skald::indexer::{Change, apply};
+use skald::store::{PutMode, SharedStore};
 use skald::uri::VikingUri;
 use skald_tests::faults::{Fault, FaultyStore, Rates};
 use skald_tests::fixture::{
@@ -38,6 +41,9 @@ const COMMITS_PER_WRITER: usize = 24;
 const APPENDERS: usize = 2;
 const MESSAGES_PER_APPENDER: usize = 30;
 const SEARCHES: usize = 30;
+/// Files the uploader changes, and its uploads and deletes in all.
+const FILES: usize = 4;
+const UPLOADS: usize = 40;
 /// Attempts a writer makes before it gives an operation up (counted as
 /// lost when it was never acknowledged).
 const RETRIES: usize = 40;
@@ -174,6 +180,65 @@ async fn soak(inner: SharedStore, backend: &str) {
         })
         .collect();
 
+    // Files written straight to the store (as users upload them), each
+    // change notified with an increasing sequencer to a queue that two
+    // indexers drain in small batches, in whatever order they get to them.
+    let (notify, queue) = tokio::sync::mpsc::unbounded_channel::<Change>();
+    let queue = Arc::new(tokio::sync::Mutex::new(queue));
+    let uploader = {
+        let inner = inner.clone();
+        tokio::spawn(async move {
+            for step in 0..UPLOADS {
+                let path = format!("resources/soak-idx/f{}.md", step % FILES);
+                let key = format!("accounts/{ACCOUNT}/tree/{path}");
+                if step % 5 == 4 {
+                    inner.delete(&key).await.expect("a user's delete");
+                } else {
+                    let text = format!("# Summary\nSoak file {} at upload {step}.\n", step % FILES);
+                    inner.put(&key, bytes::Bytes::from(text), PutMode::Overwrite).await.expect("a user's upload");
+                }
+                let version = Some(format!("{:X}", 0x1000 + step));
+                let _ = notify.send(Change { key, at: 1_000 + step as i64, version });
+                tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+            }
+        })
+    };
+    let indexers: Vec<_> = (0..2)
+        .map(|_| {
+            let (app, tally, queue) = (Arc::clone(&app), Arc::clone(&tally), Arc::clone(&queue));
+            tokio::spawn(async move {
+                loop {
+                    let mut batch = Vec::new();
+                    {
+                        let mut queue = queue.lock().await;
+                        match queue.recv().await {
+                            Some(change) => batch.push(change),
+                            None => break,
+                        }
+                        while batch.len() < 3 {
+                            match queue.try_recv() {
+                                Ok(change) => batch.push(change),
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    tally.operations.fetch_add(1, Ordering::Relaxed);
+                    let mut done = false;
+                    for _ in 0..RETRIES {
+                        if apply(&app, &batch).await.is_ok() {
+                            done = true;
+                            break;
+                        }
+                        tally.retries.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if !done {
+                        tally.given_up.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+
     // A searcher: context mode with dedup on the shared session.
     let searcher = {
         let (app, tally) = (Arc::clone(&app), Arc::clone(&tally));
@@ -208,6 +273,10 @@ async fn soak(inner: SharedStore, backend: &str) {
         }
     }
     searcher.await.expect("the searcher");
+    uploader.await.expect("the uploader");
+    for indexer in indexers {
+        indexer.await.expect("an indexer");
+    }
 
     // The faults stop here: what is left is judged through the plain store.
     let judge = app_over_store(inner.clone());
@@ -225,6 +294,20 @@ async fn soak(inner: SharedStore, backend: &str) {
         let got = snapshot.get(&uri, LEVEL_FILE).map(|r| r.source_hash.clone());
         if got.as_deref() != Some(hash.as_str()) {
             lost.push(format!("{uri}: index holds {got:?}, the last acknowledged commit was {hash}"));
+        }
+    }
+    // The index equals what the store holds: each uploaded file at its
+    // current content, or absent once deleted.
+    for f in 0..FILES {
+        let path = format!("resources/soak-idx/f{f}.md");
+        let stored = match inner.get(&format!("accounts/{ACCOUNT}/tree/{path}")).await {
+            Ok(object) => Some(skald::ingest::source_hash(&object.body)),
+            Err(_) => None,
+        };
+        let uri = VikingUri::parse(&format!("viking://{path}")).expect("uri");
+        let indexed = snapshot.get(&uri, LEVEL_FILE).map(|r| r.source_hash.clone());
+        if indexed != stored {
+            lost.push(format!("{uri}: the index holds {indexed:?}, the store {stored:?}"));
         }
     }
     let corpus = DEFAULT_CORPUS.iter().filter(|(path, _)| !path.contains("/.")).count();
@@ -265,7 +348,7 @@ async fn soak(inner: SharedStore, backend: &str) {
         *by_fault.entry(name).or_default() += 1;
     }
     eprintln!(
-        "soak ({backend}, seed {seed:#x}): {} operations ({} index commits, {messages} acknowledged messages, {SEARCHES} searches), {} store calls, {} faults injected {by_fault:?}, {} retries, {} given up, {} searches answered 503, {} answers 500, lost: {}",
+        "soak ({backend}, seed {seed:#x}): {} operations ({} index commits, {UPLOADS} uploads through the indexers, {messages} acknowledged messages, {SEARCHES} searches), {} store calls, {} faults injected {by_fault:?}, {} retries, {} given up, {} searches answered 503, {} answers 500, lost: {}",
         tally.operations.load(Ordering::Relaxed),
         WRITERS * COMMITS_PER_WRITER,
         faulty.calls(),
