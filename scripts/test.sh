@@ -17,7 +17,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 log=$(mktemp)
-python3 -m moto.server -H 127.0.0.1 -p "$port" >"$log" 2>&1 &
+# moto, serving one request at a time so conditional writes are atomic as on S3.
+python3 tests/s3_server.py "$port" >"$log" 2>&1 &
 moto_pid=$!
 trap 'kill $moto_pid 2>/dev/null || true; rm -f "$log"' EXIT
 for _ in $(seq 1 100); do

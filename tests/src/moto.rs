@@ -4,9 +4,10 @@
 //! and [`store_at`] give the server itself and a store on a bucket of one's
 //! choosing (the bench binaries use them). The server is
 //! `SKALD_TEST_S3_ENDPOINT` when that is set (for example
-//! `http://127.0.0.1:5005` from `moto_server -H 127.0.0.1 -p 5005`);
-//! otherwise this module starts moto's threaded server in a `python3` child
-//! on a free loopback port. The child reads its stdin, a pipe this process
+//! `http://127.0.0.1:5005` from `python3 tests/s3_server.py 5005`);
+//! otherwise this module starts `tests/s3_server.py` (moto, serving one
+//! request at a time, so that conditional writes are atomic as on S3) in a
+//! `python3` child on a free loopback port. The child reads its stdin, a pipe this process
 //! holds and never closes, and exits at end of file — so it dies with the
 //! test process, however that ends.
 
@@ -31,16 +32,10 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
 /// backend's prefix handling is exercised too.
 pub const STORE_PREFIX: &str = "root";
 
-/// Starts moto's server on the port in `argv[1]` and keeps it up until stdin
-/// reaches end of file.
-const SERVER_SCRIPT: &str = r#"
-import sys
-from moto.server import ThreadedMotoServer
-server = ThreadedMotoServer(ip_address="127.0.0.1", port=int(sys.argv[1]))
-server.start()
-sys.stdin.read()
-server.stop()
-"#;
+/// The server script: moto with requests served one at a time (its
+/// threaded server checks a precondition and writes without a lock between,
+/// so concurrent conditional writes could both succeed, unlike S3's).
+const SERVER_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/s3_server.py");
 
 /// The moto child of this process: kept (with its stdin pipe) for the whole
 /// process lifetime.
@@ -121,9 +116,9 @@ fn start_moto() -> MotoServer {
     let log = std::fs::File::create(&log_path)
         .unwrap_or_else(|e| panic!("cannot create moto log {}: {e}", log_path.display()));
     let mut child = Command::new("python3")
-        .arg("-c")
         .arg(SERVER_SCRIPT)
         .arg(port.to_string())
+        .arg("--until-eof")
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(log)
