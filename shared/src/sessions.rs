@@ -18,9 +18,11 @@
 //!
 //! When S3 leaves a write's outcome unknown (a timeout, a 5xx, or a 412
 //! that may answer the SDK's retry of our own landed write), the next read
-//! decides: a slot holding our message id is our claim; a meta recording
-//! our message id at our claimed sequence number is our landed update. No
-//! slot the meta records is ever deleted.
+//! decides: a slot holding our append's claim token is our claim; a meta
+//! recording our message id at our claimed sequence number is our landed
+//! update. No slot a meta records is ever deleted; an unrecorded slot is
+//! deleted only by the commit whose archive mark passes it, below which no
+//! append claims again.
 //!
 //! A commit ([`Sessions::plan_commit`], then [`Sessions::write_archive`])
 //! archives the messages since the last archive: it claims
@@ -446,11 +448,11 @@ impl<'a> Sessions<'a> {
                 Some(Some(seq)) if Some(seq) == claimed => return Ok(Appended { meta, added: true }),
                 Some(_) => {
                     // An earlier request (or a concurrent retry) appended
-                    // it. Our slot, if we claimed one, stays unrecorded:
-                    // no read shows it, and a commit that archives past it
-                    // deletes it. (Deleting it now could, through the SDK's
-                    // retry of the delete, remove a slot another append
-                    // has claimed since.)
+                    // it. Our slot, if we claimed one, stays unrecorded: no
+                    // read shows it, and a later commit deletes it.
+                    // (Deleting it now could, through the SDK's retry of
+                    // the delete, remove a slot another append has claimed
+                    // since.)
                     return Ok(Appended { meta, added: false });
                 }
                 None => {}
