@@ -9,6 +9,11 @@
 #   SKALD_NO_SERVE=1 scripts/run-local.sh   # set up and ingest only
 #   SKALD_LLM_BASE_URL=http://127.0.0.1:9100/v1 SKALD_LLM_MODEL=stub scripts/run-local.sh
 #                                   # with the LLM stages against a model (here the local stand-in)
+#   SKALD_WATCH_RELOAD=1 scripts/run-local.sh   # rebuild and restart the functions on file changes
+#                                   # (drops requests in flight, see below)
+#
+# Functions are not reloaded by default: after editing the code, stop and
+# rerun this script. scripts/watch-soak.py checks a running server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -35,5 +40,17 @@ env_args=(--env-var "SKALD_CONFIG=$config")
 while IFS='=' read -r name value; do
   env_args+=(--env-var "$name=$value")
 done < <(env | grep -E '^(SKALD_LLM_|SKALD_QUERY_PLANNER_)[A-Z_]*=' || true)
+# Without --ignore-changes, `cargo lambda watch` SIGKILLs and re-runs every
+# started function whenever any file of the workspace outside .gitignore
+# changes — an edit anywhere (docs, tests), or .git/index.lock, which a plain
+# `git status` or an editor's git integration writes. A request the killed
+# function was serving is never answered (the client waits out its timeout),
+# one the emulator was handing over can get the emulator's own 500, and
+# requests meanwhile wait for `cargo run` to rebuild, behind any other cargo
+# build in the workspace. The emulator cannot be told to finish them first.
+watch_args=(-A 127.0.0.1 -P 9000)
+if [ -z "${SKALD_WATCH_RELOAD:-}" ]; then
+  watch_args+=(--ignore-changes)
+fi
 echo "serving on http://127.0.0.1:9000 (e.g. POST /api/v1/search/find)" >&2
-exec cargo lambda watch -A 127.0.0.1 -P 9000 "${env_args[@]}"
+exec cargo lambda watch "${watch_args[@]}" "${env_args[@]}"
