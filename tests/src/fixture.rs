@@ -621,3 +621,34 @@ pub async fn store_json(store: &SharedStore, key: &str) -> Option<Value> {
         Err(e) => panic!("store get {key}: {e}"),
     }
 }
+
+/// A level-2 record of `uri` (typed by where it lives), with
+/// `abstract_text`, `source_hash`, 4 abstract tokens, size 10, times 0, no
+/// tags and no version: an index record for tests that commit segments
+/// by hand.
+///
+/// # Panics
+/// When `uri` is not a valid, indexable URI.
+#[must_use]
+pub fn file_record_of(uri: &str, abstract_text: &str, source_hash: &str) -> skald::index::Record {
+    let uri = skald::uri::VikingUri::parse(uri).unwrap_or_else(|e| panic!("{uri:?}: {e}"));
+    let (context_type, category) =
+        skald::index::record::classify(&uri).unwrap_or_else(|| panic!("{uri} is never indexed"));
+    skald::index::Record {
+        abstract_text: abstract_text.to_owned(),
+        uri,
+        level: skald::index::record::LEVEL_FILE,
+        context_type,
+        category,
+        abstract_tokens: 4,
+        overview_tokens: None,
+        full_tokens: None,
+        size: 10,
+        created_at: 0,
+        updated_at: 0,
+        tags: Vec::new(),
+        owner_user_id: None,
+        source_hash: source_hash.to_owned(),
+        source_version: None,
+    }
+}

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use skald::identity::AccountId;
 use skald::index::filter::{Field, FilterExpr, TimeField, TimeRange};
-use skald::index::record::{LEVEL_ABSTRACT, LEVEL_FILE, LEVEL_OVERVIEW, classify};
+use skald::index::record::{LEVEL_ABSTRACT, LEVEL_FILE, LEVEL_OVERVIEW};
 use skald::index::{
     COMPACT_AT, Category, ContextType, EmbedderInfo, EventDecay, Filter, IndexCache, IndexError, IndexSnapshot, Level,
     Manifest, Record, SearchParams, Segment, Tombstone, commit, compact, manifest_key,
@@ -94,25 +94,8 @@ fn uri(text: &str) -> VikingUri {
 /// A record of `uri` at `level`, typed by where the URI lives, with times 0
 /// and no tags.
 fn record(text: &str, level: Level) -> Record {
-    let uri = uri(text);
-    let (context_type, category) = classify(&uri).unwrap_or_else(|| panic!("{text} is never indexed"));
-    Record {
-        abstract_text: format!("{text} at level {level}"),
-        uri,
-        level,
-        context_type,
-        category,
-        abstract_tokens: 4,
-        overview_tokens: None,
-        full_tokens: None,
-        size: 10,
-        created_at: 0,
-        updated_at: 0,
-        tags: Vec::new(),
-        owner_user_id: None,
-        source_hash: format!("hash of {text}"),
-        source_version: None,
-    }
+    let abstract_text = format!("{text} at level {level}");
+    Record { level, ..skald_tests::fixture::file_record_of(text, &abstract_text, &format!("hash of {text}")) }
 }
 
 fn with_times(mut r: Record, created_at: i64, updated_at: i64) -> Record {

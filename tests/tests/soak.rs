@@ -23,15 +23,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::json;
 use skald::identity::AccountId;
-use skald::index::record::{LEVEL_FILE, classify};
-use skald::index::{IndexSnapshot, Record, Segment, commit, manifest_key};
+use skald::index::record::LEVEL_FILE;
+use skald::index::{IndexSnapshot, Segment, commit, manifest_key};
 use skald::indexer::{Change, apply};
 use skald::store::{PutMode, SharedStore};
 use skald::uri::VikingUri;
 use skald_tests::faults::{Fault, FaultyStore, Rates};
 use skald_tests::fixture::{
     ACCOUNT, DEFAULT_CORPUS, EMBED_DIMENSION, Handler, SEARCH_PATH, SESSIONS_PATH, TempDir, app_over_store,
-    app_with_corpus_in, call, sessions_get, sessions_post,
+    app_with_corpus_in, call, file_record_of, sessions_get, sessions_post,
 };
 
 const SEED: u64 = 0x5EED_2026_1203;
@@ -67,27 +67,11 @@ async fn soak_s3() {
     soak(store, "s3").await;
 }
 
-/// A record of node `name` of writer `writer` at `version`.
+/// A record of node `node` of writer `writer` at `version`.
 fn versioned(writer: usize, node: usize, version: usize) -> Segment {
-    let uri = VikingUri::parse(&format!("viking://resources/soak/w{writer}/n{node}.md")).expect("uri");
-    let (context_type, category) = classify(&uri).expect("indexable");
-    let record = Record {
-        abstract_text: format!("soak node {node} of writer {writer}, version {version}"),
-        uri,
-        level: LEVEL_FILE,
-        context_type,
-        category,
-        abstract_tokens: 8,
-        overview_tokens: None,
-        full_tokens: None,
-        size: 40,
-        created_at: 0,
-        updated_at: version as i64,
-        tags: Vec::new(),
-        owner_user_id: None,
-        source_hash: format!("w{writer}-n{node}-v{version}"),
-        source_version: None,
-    };
+    let uri = format!("viking://resources/soak/w{writer}/n{node}.md");
+    let abstract_text = format!("soak node {node} of writer {writer}, version {version}");
+    let record = file_record_of(&uri, &abstract_text, &format!("w{writer}-n{node}-v{version}"));
     let mut vector = vec![0.0; EMBED_DIMENSION];
     vector[(writer * 7 + node) % EMBED_DIMENSION] = 1.0;
     Segment { dim: EMBED_DIMENSION, records: vec![record], vectors: vector, tombstones: Vec::new() }

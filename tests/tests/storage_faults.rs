@@ -15,14 +15,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde_json::{Value, json};
 use skald::identity::AccountId;
-use skald::index::record::{LEVEL_FILE, classify};
-use skald::index::{COMPACT_AT, EmbedderInfo, IndexSnapshot, Manifest, Record, Segment, commit, manifest_key};
+use skald::index::{COMPACT_AT, EmbedderInfo, IndexSnapshot, Manifest, Segment, commit, manifest_key};
 use skald::store::{PutMode, SharedStore};
-use skald::uri::VikingUri;
 use skald_tests::faults::{Fault, FaultyStore, Op, Rule};
 use skald_tests::fixture::{
     DEFAULT_CORPUS, Handler, SEARCH_PATH, SESSIONS_PATH, TempDir, app_over_store, app_with_corpus_in, call,
-    session_key, sessions_get, sessions_post,
+    file_record_of, session_key, sessions_get, sessions_post,
 };
 
 /// Runs each check against both backends: `local::<check>` and
@@ -87,25 +85,8 @@ fn embedder() -> EmbedderInfo {
 
 /// A one-record segment for `viking://resources/{name}.md`.
 fn one_record(name: &str) -> Segment {
-    let uri = VikingUri::parse(&format!("viking://resources/{name}.md")).expect("uri");
-    let (context_type, category) = classify(&uri).expect("indexable");
-    let record = Record {
-        abstract_text: format!("{name} abstract"),
-        uri,
-        level: LEVEL_FILE,
-        context_type,
-        category,
-        abstract_tokens: 4,
-        overview_tokens: None,
-        full_tokens: None,
-        size: 10,
-        created_at: 0,
-        updated_at: 0,
-        tags: Vec::new(),
-        owner_user_id: None,
-        source_hash: format!("hash of {name}"),
-        source_version: None,
-    };
+    let uri = format!("viking://resources/{name}.md");
+    let record = file_record_of(&uri, &format!("{name} abstract"), &format!("hash of {name}"));
     let mut vector = vec![0.0; DIM];
     vector[name.len() % DIM] = 1.0;
     Segment { dim: DIM, records: vec![record], vectors: vector, tombstones: Vec::new() }

@@ -217,15 +217,7 @@ pub async fn commit(
     if segment.records.is_empty() && segment.tombstones.is_empty() {
         return Ok(current.map_or_else(|| empty_manifest(embedder), |(m, _)| m));
     }
-    let body = segment.encode()?;
-    let key = segment_key(account, &body);
-    let seg_ref = SegmentRef {
-        key: key.clone(),
-        records: segment.records.len(),
-        tombstones: segment.tombstones.len(),
-        bytes: body.len() as u64,
-    };
-    put_segment(store, &key, body).await?;
+    let seg_ref = write_segment(store, account, segment).await?;
     // The first attempt swaps against the manifest read above.
     let (manifest, _) = swap_manifest(store, account, embedder, Some(current), |m| {
         if m.segments.iter().any(|s| s.key == seg_ref.key) {
@@ -279,15 +271,7 @@ pub async fn commit_ordered(
         }
         let expected: Vec<String> =
             current.manifest.iter().flat_map(|m| m.segments.iter().map(|s| s.key.clone())).collect();
-        let body = segment.encode()?;
-        let key = segment_key(account, &body);
-        let seg_ref = SegmentRef {
-            key: key.clone(),
-            records: segment.records.len(),
-            tombstones: segment.tombstones.len(),
-            bytes: body.len() as u64,
-        };
-        put_segment(store, &key, body).await?;
+        let seg_ref = write_segment(store, account, &segment).await?;
         let (manifest, edit) = swap_manifest(store, account, embedder, None, |m| {
             if m.segments.iter().any(|s| s.key == seg_ref.key) {
                 Edit::Landed
@@ -310,8 +294,8 @@ pub async fn commit_ordered(
         }
         // A manifest read showed it moved on without our segment, and no
         // write of ours against an older manifest can land any more.
-        if let Err(e) = store.delete(&key).await {
-            tracing::debug!(key, error = %e, "an unreferenced segment was not deleted");
+        if let Err(e) = store.delete(&seg_ref.key).await {
+            tracing::debug!(key = seg_ref.key, error = %e, "an unreferenced segment was not deleted");
         }
         let loaded = IndexSnapshot::load(store, account, Some(current)).await?;
         dropped += segment.drop_superseded(&loaded);
@@ -322,6 +306,21 @@ pub async fn commit_ordered(
 
 fn empty_manifest(embedder: &EmbedderInfo) -> Manifest {
     Manifest { version: 1, embedder: embedder.clone(), segments: Vec::new(), generation: 0 }
+}
+
+/// Encodes `segment` and writes it under a key of its own
+/// ([`put_segment`]); returns how a manifest lists it.
+async fn write_segment(store: &SharedStore, account: &AccountId, segment: &Segment) -> Result<SegmentRef, IndexError> {
+    let body = segment.encode()?;
+    let key = segment_key(account, &body);
+    let seg_ref = SegmentRef {
+        key: key.clone(),
+        records: segment.records.len(),
+        tombstones: segment.tombstones.len(),
+        bytes: body.len() as u64,
+    };
+    put_segment(store, &key, body).await?;
+    Ok(seg_ref)
 }
 
 /// Writes a new segment object. Keys are unique to this write, so a
