@@ -4,7 +4,8 @@
 # is answered by the function, promptly.
 #
 # After a warm-up (one request per route, waited on for up to --warmup-timeout
-# seconds: the first request to a route may compile and start its function),
+# seconds: the first request to a route may compile and start its function;
+# the run stops there when one gets no answer from the function),
 # it sends --sequential requests one after another, then --concurrent requests
 # spread over --threads threads. Requests cycle through a mix of routes:
 #
@@ -98,7 +99,7 @@ def request_for(route: str, target: Target, worker: str, seq: int) -> tuple[str,
 
 def classify(status: int, body: bytes) -> tuple[str, str]:
     """(outcome, detail) of an HTTP answer."""
-    excerpt = body[:300].decode("utf-8", "replace")
+    excerpt = " ".join(body[:300].decode("utf-8", "replace").split())
     try:
         doc = json.loads(body)
     except ValueError:
@@ -247,6 +248,9 @@ def main() -> int:
             if r.outcome == "transport" and "Refused" in r.detail:
                 print(f"cannot reach {args.base_url}: {r.detail}", file=sys.stderr)
                 return 2
+            if r.outcome != "ok":
+                print(f"FAIL: the warm-up request to {route} got no answer from the function", file=sys.stderr)
+                return 1
 
     t_start = time.time()
     seq = run_sequential(target, args.sequential, routes, args.timeout) if args.sequential > 0 else []
