@@ -8,6 +8,7 @@ use crate::config::{Config, ConfigError, EmbeddingConfig};
 use crate::embed::Embedder;
 use crate::embed::hashed::HashedEmbedder;
 use crate::index::{EmbedderInfo, IndexCache};
+use crate::keys::KeyTable;
 use crate::store::local::LocalStore;
 use crate::store::{SharedStore, StoreError, StoreLocation};
 
@@ -36,6 +37,8 @@ pub struct App {
     pub embedder: Arc<dyn Embedder>,
     /// Warm index snapshots per account.
     pub index: IndexCache,
+    /// The API key table as this process has read it (`api_key` mode).
+    pub keys: KeyTable,
     /// The chat models of the LLM stages, built on first use.
     #[cfg(feature = "llm")]
     pub models: crate::llm::Models,
@@ -58,6 +61,7 @@ impl App {
     pub fn with_parts(config: Config, store: SharedStore, embedder: Arc<dyn Embedder>) -> Self {
         let revalidate = Duration::from_millis(config.index.revalidate_after_ms);
         let index = IndexCache::new(Arc::clone(&store), revalidate, config.index.cache_max_bytes);
+        let keys = KeyTable::new(Arc::clone(&store), Duration::from_millis(config.identity.key_revalidate_ms));
         #[cfg(feature = "llm")]
         let models = crate::llm::Models::new(config.llm.clone(), config.query_planner.clone());
         Self {
@@ -65,6 +69,7 @@ impl App {
             store,
             embedder,
             index,
+            keys,
             #[cfg(feature = "llm")]
             models,
         }

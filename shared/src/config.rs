@@ -110,32 +110,72 @@ pub struct S3Config {
     pub region: Option<String>,
 }
 
-/// How a request's identity is established (CONTRACT §3).
+/// How a request's identity is established.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
 pub enum IdentityMode {
-    /// Only the API Gateway authorizer's claims (the default).
+    /// Only the API Gateway authorizer's claims (JWT), the default; also
+    /// spelt `jwt`. A token without the account claim is a 401 unless
+    /// [`IdentityConfig::jwt_default_account`] is set.
     #[default]
+    #[serde(rename = "authorizer", alias = "jwt")]
     Authorizer,
+    /// API keys checked by the function against the store's key table
+    /// (`X-API-Key`, or `Authorization: Bearer`), see [`crate::keys`].
+    #[serde(rename = "api_key")]
+    ApiKey,
     /// Also trust `X-OpenViking-Account` / `-User` / `-Actor-Peer` headers,
     /// defaulting to the configured account and user. Local runs only.
+    #[serde(rename = "dev")]
     Dev,
+}
+
+impl IdentityMode {
+    /// The mode's name as configured and as `GET /health` reports it.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Authorizer => "authorizer",
+            Self::ApiKey => "api_key",
+            Self::Dev => "dev",
+        }
+    }
+
+    /// The mode named `text` (`authorizer` or `jwt`, `api_key`, `dev`).
+    #[must_use]
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "authorizer" | "jwt" => Some(Self::Authorizer),
+            "api_key" => Some(Self::ApiKey),
+            "dev" => Some(Self::Dev),
+            _ => None,
+        }
+    }
 }
 
 /// Identity settings.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct IdentityConfig {
-    /// `authorizer` (default) or `dev`.
+    /// `authorizer` (or `jwt`, the default), `api_key` or `dev`.
+    /// `SKALD_IDENTITY_MODE` overrides it.
     pub mode: IdentityMode,
     /// The JWT claim naming the user. Default `sub`.
     pub user_claim: String,
     /// The JWT claim naming the account. Default `custom:account`.
     pub account_claim: String,
-    /// Account used when the claim or header is absent. Default `default`.
+    /// The single tenant's account, for a JWT without the account claim.
+    /// Default none: such a token is refused with 401, never served from
+    /// some default account. `SKALD_JWT_DEFAULT_ACCOUNT` sets it.
+    pub jwt_default_account: Option<String>,
+    /// Account used in dev mode when no header names one. Default `default`.
     pub default_account: String,
     /// User used in dev mode when no header names one. Default `default`.
     pub default_user: String,
+    /// How long a warm function trusts its cached copy of an API key's
+    /// record (or of its absence) before reading it again: a revoked key
+    /// stops working within this time. Default 30000 (30 s); 0 reads the
+    /// record on every request.
+    pub key_revalidate_ms: u64,
 }
 
 impl Default for IdentityConfig {
@@ -144,8 +184,10 @@ impl Default for IdentityConfig {
             mode: IdentityMode::Authorizer,
             user_claim: "sub".to_owned(),
             account_claim: "custom:account".to_owned(),
+            jwt_default_account: None,
             default_account: "default".to_owned(),
             default_user: "default".to_owned(),
+            key_revalidate_ms: 30_000,
         }
     }
 }
@@ -509,6 +551,19 @@ impl Config {
         }
         if let Some(model) = ModelConfig::from_env_prefix("SKALD_QUERY_PLANNER")? {
             config.query_planner = Some(model);
+        }
+        if let Ok(mode) = std::env::var("SKALD_IDENTITY_MODE")
+            && !mode.is_empty()
+        {
+            config.identity.mode = IdentityMode::parse(&mode).ok_or_else(|| ConfigError::Invalid {
+                path: "environment".into(),
+                message: format!("SKALD_IDENTITY_MODE must be authorizer, jwt, api_key or dev, not {mode:?}"),
+            })?;
+        }
+        if let Ok(account) = std::env::var("SKALD_JWT_DEFAULT_ACCOUNT")
+            && !account.is_empty()
+        {
+            config.identity.jwt_default_account = Some(account);
         }
         if let Ok(origins) = std::env::var("SKALD_MCP_ALLOWED_ORIGINS") {
             let listed = origins.split(',').map(str::trim).filter(|o| !o.is_empty()).map(str::to_owned);

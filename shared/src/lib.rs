@@ -17,6 +17,7 @@ pub mod identity;
 pub mod index;
 pub mod indexer;
 pub mod ingest;
+pub mod keys;
 pub mod ledger;
 #[cfg(feature = "llm")]
 pub mod llm;

@@ -12,7 +12,7 @@ use crate::app::App;
 
 /// Handles one bootstrap request.
 pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
-    let admitted = match admit(app, &request) {
+    let admitted = match admit(app, &request).await {
         Ok(a) => a,
         Err(e) => return error_response(&e),
     };

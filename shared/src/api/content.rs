@@ -19,7 +19,6 @@ use super::error::ApiError;
 use super::fields::Query;
 use super::{Admitted, admit_method, error_response, json_response, ok, within_deadline};
 use crate::app::App;
-use crate::config::IdentityMode;
 use crate::content::{Content, Entry, Lines, ListOptions, MAX_NODE_LIMIT};
 use crate::index::IndexSnapshot;
 use crate::uri::VikingUri;
@@ -67,7 +66,7 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
     if route == Route::Health {
         return health(app, request.method());
     }
-    let admitted = match admit_method(app, &request, &Method::GET) {
+    let admitted = match admit_method(app, &request, &Method::GET).await {
         Ok(a) => a,
         Err(e) => return error_response(&e),
     };
@@ -89,10 +88,7 @@ fn health(app: &App, method: &Method) -> Response<String> {
     if method != Method::GET && method != Method::HEAD {
         return error_response(&ApiError::MethodNotAllowed(method.to_string(), "GET".into()));
     }
-    let auth_mode = match app.config.identity.mode {
-        IdentityMode::Dev => "dev",
-        IdentityMode::Authorizer => "authorizer",
-    };
+    let auth_mode = app.config.identity.mode.as_str();
     let body = json!({ "status": "ok", "healthy": true, "version": VERSION, "auth_mode": auth_mode });
     let mut response = json_response(StatusCode::OK, &body);
     if method == Method::HEAD {

@@ -44,7 +44,7 @@ pub const EMPTY_QUERY: &str = "Search query or image_url must not be empty.";
 /// Handles one find request; never panics on input and always answers in
 /// the envelope.
 pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
-    let admitted = match admit(app, &request) {
+    let admitted = match admit(app, &request).await {
         Ok(a) => a,
         Err(e) => return error_response(&e),
     };

@@ -50,17 +50,22 @@ pub struct Admitted<'a> {
 /// route shares.
 ///
 /// # Errors
-/// 405 for a method other than POST, 413 over the body limit, 401/400 for
-/// identity problems, 400 for a malformed `X-Client-Timeout-Ms`.
-pub fn admit<'a>(app: &App, request: &'a Request<Bytes>) -> Result<Admitted<'a>, ApiError> {
-    admit_method(app, request, &Method::POST)
+/// 405 for a method other than POST, 413 over the body limit, 401/403/400
+/// for identity problems (503 when the key table cannot be read), 400 for
+/// a malformed `X-Client-Timeout-Ms`.
+pub async fn admit<'a>(app: &App, request: &'a Request<Bytes>) -> Result<Admitted<'a>, ApiError> {
+    admit_method(app, request, &Method::POST).await
 }
 
 /// [`admit`] for a route served with `method`.
 ///
 /// # Errors
 /// As [`admit`].
-pub fn admit_method<'a>(app: &App, request: &'a Request<Bytes>, method: &Method) -> Result<Admitted<'a>, ApiError> {
+pub async fn admit_method<'a>(
+    app: &App,
+    request: &'a Request<Bytes>,
+    method: &Method,
+) -> Result<Admitted<'a>, ApiError> {
     let started = Instant::now();
     if request.method() != method {
         return Err(ApiError::MethodNotAllowed(request.method().to_string(), method.to_string()));
@@ -70,10 +75,14 @@ pub fn admit_method<'a>(app: &App, request: &'a Request<Bytes>, method: &Method)
     if body.len() > limit {
         return Err(ApiError::PayloadTooLarge { size: body.len(), limit });
     }
-    let claims = request.extensions().get::<auth::AuthorizerClaims>();
-    let identity = auth::resolve_identity(&app.config.identity, request.headers(), claims)?;
-    let now = time::OffsetDateTime::now_utc().unix_timestamp();
     let deadline = request_deadline(app, request, started)?;
+    let claims = request.extensions().get::<auth::AuthorizerClaims>();
+    let identity = within_deadline(
+        &deadline,
+        auth::resolve_identity(&app.config.identity, &app.keys, request.headers(), claims, started),
+    )
+    .await?;
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
     Ok(Admitted { identity, body, headers: request.headers(), now, started, deadline })
 }
 

@@ -151,7 +151,7 @@ pub fn fold(bytes: &[u8]) -> Result<Folded, ApiError> {
 
 /// Handles one recall request.
 pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
-    let admitted = match admit(app, &request) {
+    let admitted = match admit(app, &request).await {
         Ok(a) => a,
         Err(e) => return error_response(&e),
     };

@@ -368,7 +368,7 @@ fn parse_penalties(body: &mut Body) -> BTreeMap<Category, f64> {
 
 /// Handles one search request (list or context mode).
 pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
-    let admitted = match admit(app, &request) {
+    let admitted = match admit(app, &request).await {
         Ok(a) => a,
         Err(e) => return error_response(&e),
     };

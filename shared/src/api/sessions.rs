@@ -124,7 +124,7 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
         Err(e) => return error_response(&e),
     };
     let method = if matches!(route, Route::Get(_) | Route::Context(_)) { Method::GET } else { Method::POST };
-    let admitted = match admit_method(app, &request, &method) {
+    let admitted = match admit_method(app, &request, &method).await {
         Ok(a) => a,
         Err(e) => return error_response(&e),
     };
