@@ -1,7 +1,8 @@
 //! `skald`: the operator's command-line tool. Ingests a local directory
 //! laid out as the `viking://` tree into a store (a directory or `s3://`),
 //! and queries the index as `find` would; converts the embedded embedder's
-//! model (`skald model convert`).
+//! model (`skald model convert`); creates, lists and revokes API keys
+//! (`skald keys`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -9,11 +10,13 @@ use std::sync::Arc;
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use skald::app::App;
+use skald::app::{App, open_store};
 use skald::config::Config;
 use skald::find::{FindParams, find};
 use skald::identity::{AccountId, Identity, UserId};
 use skald::ingest::{IngestEvent, IngestOptions, ingest_dir};
+use skald::keys::{self, KeyId, Role};
+use skald::store::SharedStore;
 
 mod model;
 
@@ -57,10 +60,35 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         limit: usize,
     },
+    /// Manage API keys (the store's key table, for `identity.mode: "api_key"`).
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
     /// Manage the embedded USE-m3 model (scripts/setup-model.sh runs `model convert`).
     Model {
         #[command(subcommand)]
         command: ModelCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Create a key for a user of the account (--account); prints the key, once, alone on the last line.
+    Create {
+        /// The user the key acts as.
+        #[arg(long)]
+        user: String,
+        /// user: only its own user; admin: any user of its account; root: any account and user.
+        #[arg(long, default_value = "user", value_parser = ["user", "admin", "root"])]
+        role: String,
+    },
+    /// List every key: id, account, user, role, creation time (never the key).
+    List,
+    /// Revoke a key by its id; functions stop accepting it within identity.key_revalidate_ms.
+    Revoke {
+        /// The key's id (as `keys list` shows it).
+        id: String,
     },
 }
 
@@ -101,6 +129,10 @@ async fn main() -> Result<()> {
         config.base_dir = std::env::current_dir()?;
     }
     let account = AccountId::new(&cli.account)?;
+    if let Command::Keys { command } = &cli.command {
+        let store = open_store(&config).await.context("opening the store")?;
+        return run_keys(&store, &account, command).await;
+    }
     let app = Arc::new(App::new(config).await.context("building the store and embedder")?);
     match cli.command {
         Command::Ingest { dir, prune, quiet } => ingest(&app, &account, &dir, prune, quiet).await,
@@ -116,8 +148,40 @@ async fn main() -> Result<()> {
             }
             Ok(())
         }
-        Command::Model { .. } => Ok(()),
+        Command::Model { .. } | Command::Keys { .. } => Ok(()),
     }
+}
+
+#[allow(clippy::print_stdout)]
+async fn run_keys(store: &SharedStore, account: &AccountId, command: &KeysCommand) -> Result<()> {
+    match command {
+        KeysCommand::Create { user, role } => {
+            let user = UserId::new(user)?;
+            let role = Role::parse(role).ok_or_else(|| anyhow::anyhow!("unknown role {role:?}"))?;
+            let now = i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs())?;
+            let new = keys::create(store, account, &user, role, now).await.context("creating the key")?;
+            println!(
+                "created key {} for user {user} of account {account} (role {role}); it is shown only this once:",
+                new.record.id
+            );
+            println!("{}", new.key);
+        }
+        KeysCommand::List => {
+            let records = keys::list(store).await.context("listing the keys")?;
+            println!("{:<16}  {:<20}  {:<20}  {:<5}  created", "id", "account", "user", "role");
+            for r in records {
+                println!("{:<16}  {:<20}  {:<20}  {:<5}  {}", r.id, r.account, r.user, r.role, r.created_at);
+            }
+        }
+        KeysCommand::Revoke { id } => {
+            let id = KeyId::new(id)?;
+            if !keys::revoke(store, &id).await.context("revoking the key")? {
+                anyhow::bail!("no key with id {id}");
+            }
+            println!("revoked key {id}");
+        }
+    }
+    Ok(())
 }
 
 fn run_model(command: &ModelCommand) -> Result<()> {

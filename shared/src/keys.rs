@@ -202,8 +202,8 @@ pub fn split_key(text: &str) -> Option<(KeyId, &str)> {
     (secret.len() == SECRET_HEX && secret.bytes().all(is_lower_hex)).then_some((id, secret))
 }
 
-/// Creates a key for `user` of `account` with `role`, created at
-/// `created_at` (RFC 3339), and stores its record (create-if-absent).
+/// Creates a key for `user` of `account` with `role`, created at `now`
+/// (Unix seconds), and stores its record (create-if-absent).
 ///
 /// If the store leaves the write's outcome unknown, the record is read
 /// back: ours (same salt) means it landed; absent means it did not, and
@@ -217,9 +217,13 @@ pub async fn create(
     account: &AccountId,
     user: &UserId,
     role: Role,
-    created_at: String,
+    now: i64,
 ) -> Result<NewKey, KeyError> {
     const ATTEMPTS: usize = 3;
+    let created_at = time::OffsetDateTime::from_unix_timestamp(now)
+        .ok()
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_default();
     let mut last = None;
     for _ in 0..ATTEMPTS {
         let id = KeyId(random_hex(ID_HEX / 2)?);

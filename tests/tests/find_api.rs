@@ -915,7 +915,7 @@ async fn authorizer_mode_acts_as_the_jwt_subject_and_ignores_identity_headers() 
     let body = json!({"query": "Emacs editor theme", "context_type": "memory", "limit": 100});
     let event = with_jwt_claims(
         post_json(&body, &[("X-OpenViking-User", "default"), ("X-OpenViking-Account", "other")]),
-        &[("sub", "bob")],
+        &[("sub", "bob"), ("custom:account", "default")],
     );
     let answer = call_find(&app, event).await;
     assert_eq!(answer.status, 200, "{}", answer.text);
@@ -925,10 +925,17 @@ async fn authorizer_mode_acts_as_the_jwt_subject_and_ignores_identity_headers() 
     // The header cannot widen the JWT subject's reach.
     let event = with_jwt_claims(
         post_json(&json!({"query": "x", "target_uri": "viking://user/default"}), &[("X-OpenViking-User", "default")]),
-        &[("sub", "bob")],
+        &[("sub", "bob"), ("custom:account", "default")],
     );
     let answer = call_find(&app, event).await;
     assert_eq!(answer.status, 403, "{}", answer.text);
+
+    // A token that names no account is refused, never served from a
+    // default account.
+    let event = with_jwt_claims(post_json(&body, &[("X-OpenViking-Account", "default")]), &[("sub", "bob")]);
+    let answer = call_find(&app, event).await;
+    assert_eq!(answer.status, 401, "{}", answer.text);
+    assert!(answer.json["error"]["message"].as_str().is_some_and(|m| m.contains("custom:account")), "{}", answer.text);
 
     // The account claim picks the tenant: another account has no index.
     let event =
@@ -938,7 +945,10 @@ async fn authorizer_mode_acts_as_the_jwt_subject_and_ignores_identity_headers() 
     assert_eq!(total(&answer.json["result"]), 0, "{}", answer.text);
 
     // An invalid subject is not an identity.
-    let event = with_jwt_claims(post_json(&json!({"query": "search"}), &[]), &[("sub", "../default")]);
+    let event = with_jwt_claims(
+        post_json(&json!({"query": "search"}), &[]),
+        &[("sub", "../default"), ("custom:account", "default")],
+    );
     let answer = call_find(&app, event).await;
     assert_eq!(answer.status, 401, "{}", answer.text);
 }

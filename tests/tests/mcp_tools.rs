@@ -738,7 +738,10 @@ async fn identity_is_rests_dev_headers_claims_or_a_refusal() {
     let refused = outcome(&http);
     assert!(refused.is_error && refused.text.starts_with("UNAUTHENTICATED: "), "{}", refused.text);
     // With the authorizer's claims it is that user.
-    let event = with_jwt_claims(rpc_event(V_2025_06, "tools/call", &params, &[]), &[("sub", "bob")]);
+    let event = with_jwt_claims(
+        rpc_event(V_2025_06, "tools/call", &params, &[]),
+        &[("sub", "bob"), ("custom:account", "default")],
+    );
     let claimed = outcome(&send(&strict, event).await);
     let claimed_uris = listed_uris(&claimed.text);
     assert!(!claimed.is_error && !claimed_uris.is_empty(), "{}", claimed.text);
