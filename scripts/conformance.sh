@@ -2,47 +2,61 @@
 # Real clients against a local Skald: OpenViking's Claude Code and Codex
 # plugins (their hooks, run with Node straight from
 # ../shared/anchors/openviking/plugins), MCP's conformance suite and
-# Inspector, and the Python MCP client calling every tool.
+# Inspector, and the Python MCP client calling every tool, in dev mode; then
+# OpenViking's Python SDK (openviking-sdk 0.1.17 from PyPI) and the plugins
+# again in api_key mode, with a key made by `skald keys create`.
 #
 #   scripts/conformance.sh        # after `cargo test` (uses its debug build)
 #
 # It ingests the demo corpus into a fresh local store, serves every route on
 # a free loopback port with `local_gateway` (the watch router of Cargo.toml,
-# each request through the Lambda edge), runs the three suites and stops
-# the server. Each suite prints `N passed, N failed`; any failure fails.
+# each request through the Lambda edge), runs the suites and stops the
+# server; then serves the same store in api_key mode on another port for
+# the SDK and the plugins, and checks that the key never reached the log.
+# Each suite prints `N passed, N failed`; any failure fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
 work=$(mktemp -d)
-gateway_pid=""
+gateway_pids=()
 cleanup() {
-  if [ -n "$gateway_pid" ]; then kill "$gateway_pid" 2>/dev/null || true; fi
+  for pid in "${gateway_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-cat >"$work/config.json" <<EOF
+# start_gateway CONFIG LOG: serves CONFIG on a free loopback port; sets $url.
+start_gateway() {
+  SKALD_CONFIG="$1" target/debug/local_gateway >"$2" 2>&1 &
+  local pid=$!
+  gateway_pids+=("$pid")
+  url=""
+  for _ in $(seq 1 100); do
+    url=$(sed -n 's/^listening on //p' "$2")
+    [ -n "$url" ] && return 0
+    kill -0 "$pid" 2>/dev/null || { cat "$2" >&2; exit 1; }
+    sleep 0.1
+  done
+  echo "local_gateway did not start" >&2
+  cat "$2" >&2
+  exit 1
+}
+
+for mode in dev api_key; do
+  cat >"$work/$mode.json" <<EOF
 {
   "store": "$work/store",
-  "identity": { "mode": "dev", "default_account": "default", "default_user": "default" },
+  "identity": { "mode": "$mode", "default_account": "default", "default_user": "default" },
   "embedding": { "provider": "use-m3", "model_dir": "$root/.skald/models/use-m3" }
 }
 EOF
-cargo build --quiet --locked -p skald-cli -p skald-tests --bin skald --bin local_gateway
-target/debug/skald --config "$work/config.json" ingest samplconfigs/demo >/dev/null
-
-SKALD_CONFIG="$work/config.json" target/debug/local_gateway >"$work/gateway.log" 2>&1 &
-gateway_pid=$!
-url=""
-for _ in $(seq 1 100); do
-  url=$(sed -n 's/^listening on //p' "$work/gateway.log")
-  [ -n "$url" ] && break
-  kill -0 "$gateway_pid" 2>/dev/null || { cat "$work/gateway.log" >&2; exit 1; }
-  sleep 0.1
 done
-[ -n "$url" ] || { echo "local_gateway did not start" >&2; cat "$work/gateway.log" >&2; exit 1; }
-echo "serving the demo on $url" >&2
+cargo build --quiet --locked -p skald-cli -p skald-tests --bin skald --bin local_gateway
+target/debug/skald --config "$work/dev.json" ingest samplconfigs/demo >/dev/null
+
+start_gateway "$work/dev.json" "$work/gateway.log"
+echo "serving the demo on $url (dev mode)" >&2
 
 status=0
 echo "== OpenViking plugins (Claude Code, Codex) against $url" >&2
@@ -58,5 +72,31 @@ echo "== MCP: the Python client calling every tool" >&2
 if [ "$status" -ne 0 ]; then
   echo "the gateway's log:" >&2
   tail -n 50 "$work/gateway.log" >&2
+fi
+
+# api_key mode: a user key for the demo's owner, made by the operator CLI
+# (the key is the last line of its output).
+key=$(target/debug/skald --config "$work/api_key.json" --account default keys create --user default | tail -n 1)
+start_gateway "$work/api_key.json" "$work/gateway-keys.log"
+echo "serving the demo on $url (api_key mode)" >&2
+api_status=0
+echo "== OpenViking's Python SDK (openviking-sdk 0.1.17) with an API key against $url" >&2
+sdk_python=$(tests/sdk/install.sh | tail -n 1)
+"$sdk_python" tests/sdk/conformance.py "$url" "$key" || api_status=1
+
+echo "== OpenViking plugins (Claude Code, Codex) with an API key against $url" >&2
+tests/plugins/run.sh "$url" --api-key "$key" || api_status=1
+
+secret=${key##*_}
+if grep -qF "$secret" "$work"/gateway*.log; then
+  echo "FAIL the API key's secret appears in the gateway's log" >&2
+  api_status=1
+else
+  echo "ok   the API key's secret appears in no log line" >&2
+fi
+if [ "$api_status" -ne 0 ]; then
+  echo "the api_key gateway's log:" >&2
+  tail -n 50 "$work/gateway-keys.log" >&2
+  status=1
 fi
 exit "$status"

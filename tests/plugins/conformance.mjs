@@ -57,7 +57,7 @@ function usage(msg) {
   process.stderr.write(
     "usage: node conformance.mjs --url URL --plugins DIR [--profile FILE] [--expect-uri S]...\n"
     + "       [--only cc|codex] [--hook-timeout-ms N] [--archive-wait-ms N]\n"
-    + "       [--fixed-session-ids] [--keep] [--verbose]\n"
+    + "       [--fixed-session-ids] [--api-key KEY] [--keep] [--verbose]\n"
     + "       node conformance.mjs --self-test --plugins DIR\n",
   );
   process.exit(2);
@@ -75,6 +75,7 @@ function parseArgs(argv) {
     archiveWaitMs: 60000,
     apiTimeoutMs: 15000,
     fixedIds: false,
+    apiKey: "",
     keep: false,
     verbose: false,
     selfTest: false,
@@ -94,6 +95,9 @@ function parseArgs(argv) {
       case "--hook-timeout-ms": o.hookTimeoutMs = Number(val()); break;
       case "--archive-wait-ms": o.archiveWaitMs = Number(val()); break;
       case "--fixed-session-ids": o.fixedIds = true; break;
+      // The plugins send it as `Authorization: Bearer`; the harness's own
+      // checks as `X-API-Key`.
+      case "--api-key": o.apiKey = val(); break;
       case "--keep": o.keep = true; break;
       case "--verbose": o.verbose = true; break;
       case "--self-test": o.selfTest = true; break;
@@ -255,6 +259,7 @@ class Run {
       OPENVIKING_URL: this.url,
       OPENVIKING_WRITE_PATH_ASYNC: "0",
       OPENVIKING_DEBUG: "1",
+      ...(this.opts.apiKey ? { OPENVIKING_API_KEY: this.opts.apiKey } : {}),
       ...extraEnv,
     };
     return s;
@@ -337,7 +342,10 @@ class Run {
     try {
       const res = await fetch(`${this.url}${path}`, {
         method,
-        headers: { "Content-Type": "application/json" },
+        headers: {
+          "Content-Type": "application/json",
+          ...(this.opts.apiKey ? { "X-API-Key": this.opts.apiKey } : {}),
+        },
         signal: AbortSignal.timeout(this.opts.apiTimeoutMs),
       });
       const body = await res.json().catch(() => null);

@@ -1,0 +1,176 @@
+"""OpenViking's own Python SDK (openviking-sdk 0.1.17, unchanged) against a
+running Skald in `api_key` mode.
+
+    python tests/sdk/conformance.py URL KEY [OTHER_KEY]
+
+URL is Skald's base URL; KEY an API key of user `default` of account
+`default` (who owns the demo corpus, samplconfigs/demo), created with
+`skald keys create --account default --user default`. It runs `find`,
+`search`, `search_context` (max_tokens, purpose, detail, quotas, and
+dedup_turns over a session written with `add_message`), `create_session`
+and the session's `load` through `SyncHTTPClient(url=..., api_key=...)`,
+and checks that a wrong key raises the SDK's authentication error and that
+a user key naming another user raises its permission error. Prints one
+line per check and `N passed, N failed`; exits 1 on any failure.
+"""
+
+import sys
+import traceback
+
+from openviking_sdk import SyncHTTPClient
+from openviking_sdk.errors import PermissionDeniedError, UnauthenticatedError
+
+CAT = "what does my cat eat"
+NIANGAO = "viking://user/default/memories/entities/pets/niangao.md"
+
+
+def uris(result):
+    """Every hit's URI in a find/search result, in order."""
+    items = []
+    for kind in ("memories", "resources", "skills"):
+        items.extend(result.get(kind) or [])
+    return [item["uri"] for item in items]
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    url, key = sys.argv[1], sys.argv[2]
+    client = SyncHTTPClient(url=url, api_key=key, timeout=60)
+    client.initialize()
+    checks = []
+
+    def check(name):
+        def register(fn):
+            checks.append((name, fn))
+            return fn
+
+        return register
+
+    @check("health answers without a key")
+    def _():
+        assert client.health() is True
+
+    @check("find: the cat's memory first, as the key's user")
+    def _():
+        result = client.find(CAT, limit=3)
+        found = uris(result)
+        assert found and found[0] == NIANGAO, found
+        assert all(u.startswith("viking://user/default/") for u in found if "/user/" in u), found
+
+    @check("find: a target_uri and options narrow the hits")
+    def _():
+        result = client.find(
+            CAT,
+            target_uri="viking://user/default/memories/entities",
+            limit=5,
+            options={"context_type": "memory", "score_threshold": 0.1},
+        )
+        found = uris(result)
+        assert found and all(u.startswith("viking://user/default/memories/entities/") for u in found), found
+
+    state = {}
+
+    @check("create_session and add_message")
+    def _():
+        created = client.create_session()
+        sid = created.get("session_id")
+        assert sid, created
+        state["session"] = sid
+        client.add_message(sid, "user", content="我家猫平时吃什么？")
+        client.add_message(sid, "assistant", content="年糕在吃低脂猫粮。")
+        client.add_message(sid, "user", content=CAT)
+
+    @check("session load returns what was written")
+    def _():
+        loaded = client.session(state["session"]).load()
+        count = loaded.get("message_count")
+        assert count == 3, loaded
+        assert loaded.get("session_id") == state["session"], loaded
+
+    @check("search (list mode) with the session")
+    def _():
+        result = client.search(CAT, session_id=state["session"], limit=5)
+        found = uris(result)
+        assert NIANGAO in found, found
+
+    @check("search_context: a block within max_tokens, by purpose, detail and quotas")
+    def _():
+        result = client.search_context(
+            CAT,
+            limit=10,
+            options={"max_tokens": 600, "purpose": "chat", "detail": "auto", "quotas": {"entities": 2, "events": 2}},
+        )
+        stats = result.get("stats") or {}
+        assert result.get("rendered"), result
+        assert 0 < stats["used_tokens"] <= 600, stats
+        entries = result.get("entries") or []
+        per_category = {}
+        for e in entries:
+            segments = e["uri"].split("/")
+            if segments[4:5] == ["memories"]:
+                per_category[segments[5]] = per_category.get(segments[5], 0) + 1
+        assert per_category.get("entities", 0) <= 2 and per_category.get("events", 0) <= 2, per_category
+        assert entries[0]["uri"] == NIANGAO, [e.get("uri") for e in entries]
+        assert NIANGAO in result["rendered"], result["rendered"][:400]
+
+    @check("search_context: dedup_turns cools what an earlier turn served")
+    def _():
+        options = {"max_tokens": 600, "dedup_turns": 3}
+        first = client.search_context(CAT, session_id=state["session"], options=options)
+        served = [e["uri"] for e in first.get("entries") or []]
+        assert NIANGAO in served, served
+        dedup = first["stats"]["dedup"]
+        assert dedup["status"] in ("new", "ok"), dedup
+        # The next turn of the conversation asks again.
+        client.add_message(state["session"], "assistant", content="低脂猫粮，少量零食。")
+        client.add_message(state["session"], "user", content="再说一次，猫吃什么？")
+        second = client.search_context(CAT, session_id=state["session"], options=options)
+        dedup = second["stats"]["dedup"]
+        assert dedup["status"] == "ok" and dedup["cooled"] >= 1, dedup
+        again = [e["uri"] for e in second.get("entries") or []]
+        assert NIANGAO not in again, again
+
+    @check("a wrong key raises the SDK's authentication error")
+    def _():
+        bad = SyncHTTPClient(url=url, api_key="skald_" + "0" * 16 + "_" + "0" * 64, timeout=30)
+        bad.initialize()
+        try:
+            bad.find(CAT, limit=1)
+        except UnauthenticatedError:
+            return
+        finally:
+            bad.close()
+        raise AssertionError("a wrong key was served")
+
+    @check("a user key naming another user raises the SDK's permission error")
+    def _():
+        other = SyncHTTPClient(url=url, api_key=key, user="someone-else", timeout=30)
+        other.initialize()
+        try:
+            other.find(CAT, limit=1)
+        except PermissionDeniedError:
+            return
+        finally:
+            other.close()
+        raise AssertionError("a user key acted as another user")
+
+    passed = failed = 0
+    for name, fn in checks:
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - every failure is reported and counted
+            failed += 1
+            print(f"FAIL {name}")
+            traceback.print_exc(limit=3)
+        else:
+            passed += 1
+            print(f"ok   {name}")
+    client.close()
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
