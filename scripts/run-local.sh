@@ -9,6 +9,7 @@
 #   SKALD_NO_SERVE=1 scripts/run-local.sh   # set up and ingest only
 #   SKALD_LLM_BASE_URL=http://127.0.0.1:9100/v1 SKALD_LLM_MODEL=stub scripts/run-local.sh
 #                                   # with the LLM stages against a model (here the local stand-in)
+#   SKALD_IDENTITY_MODE=api_key scripts/run-local.sh   # every route but /health wants an API key
 #   SKALD_WATCH_RELOAD=1 scripts/run-local.sh   # rebuild and restart the functions on file changes
 #                                   # (drops requests in flight, see below)
 #
@@ -35,11 +36,12 @@ if [ -n "${SKALD_NO_SERVE:-}" ]; then
   exit 0
 fi
 # The LLM stages' models (SKALD_LLM_*, SKALD_QUERY_PLANNER_*, see the
-# README), forwarded to the functions when set.
+# README) and the identity mode (SKALD_IDENTITY_MODE=api_key: API keys made
+# with `skald keys create`), forwarded to the functions when set.
 env_args=(--env-var "SKALD_CONFIG=$config")
 while IFS='=' read -r name value; do
   env_args+=(--env-var "$name=$value")
-done < <(env | grep -E '^(SKALD_LLM_|SKALD_QUERY_PLANNER_)[A-Z_]*=' || true)
+done < <(env | grep -E '^(SKALD_LLM_[A-Z_]*|SKALD_QUERY_PLANNER_[A-Z_]*|SKALD_IDENTITY_MODE)=' || true)
 # Without --ignore-changes, `cargo lambda watch` SIGKILLs and re-runs every
 # started function whenever any file of the workspace outside .gitignore
 # changes — an edit anywhere (docs, tests), or .git/index.lock, which a plain
