@@ -250,3 +250,47 @@ async fn an_unreadable_key_table_is_a_503_not_a_401() {
     assert_eq!(body["error"]["code"], "UNAVAILABLE", "{body}");
     assert!(!body.to_string().contains(&record_key), "store keys stay in the log: {body}");
 }
+
+/// The MCP tools take the same keys, as MCP hosts send them
+/// (`Authorization: Bearer`): the caller's own memories with a key, an
+/// `isError` result (never an HTTP 401) without one.
+#[tokio::test]
+async fn mcp_tools_take_the_same_keys() {
+    let dir = TempDir::new("mcp-keys");
+    let store: SharedStore = Arc::new(skald::store::local::LocalStore::open(dir.path()).expect("open the local store"));
+    let app = api_key_app(Arc::clone(&store), Duration::ZERO).await;
+    let key = create(&store, "default", "bob", Role::User).await.key;
+    let call = |headers: Vec<(&'static str, String)>| {
+        let app = Arc::clone(&app);
+        async move {
+            let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "find", "arguments": {"query": "editor theme", "limit": 5}}});
+            let mut request = lambda_http::http::Request::builder()
+                .method("POST")
+                .uri("https://mcp.example.com/mcp")
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-protocol-version", "2025-06-18");
+            for (name, value) in headers {
+                request = request.header(name, value);
+            }
+            let event = request.body(lambda_http::Body::Text(body.to_string())).expect("a request");
+            let handler = |app: Arc<App>, request| async move { skald_mcp::handle(&app, request).await };
+            let response = skald_lambda::serve(&app, &handler, event).await;
+            let status = response.status().as_u16();
+            let text = match response.into_body() {
+                lambda_http::Body::Text(text) => text,
+                other => panic!("not text: {other:?}"),
+            };
+            let json: Value = serde_json::from_str(&text).expect("JSON");
+            (status, json["result"]["isError"].as_bool().unwrap_or(false), json["result"]["content"][0]["text"].clone())
+        }
+    };
+    let (status, is_error, text) = call(vec![("authorization", format!("Bearer {key}"))]).await;
+    let text = text.as_str().unwrap_or_default().to_owned();
+    assert!(status == 200 && !is_error, "{status} {text}");
+    assert!(text.contains("viking://user/bob/") && !text.contains("viking://user/alice/"), "{text}");
+    let (status, is_error, text) = call(vec![]).await;
+    assert!(status == 200 && is_error, "{status} {text}");
+    assert!(text.as_str().is_some_and(|t| t.starts_with("UNAUTHENTICATED: ")), "{text}");
+}
