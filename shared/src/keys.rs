@@ -317,8 +317,11 @@ pub async fn revoke(store: &SharedStore, id: &KeyId) -> Result<bool, KeyError> {
 pub struct KeyTable {
     store: SharedStore,
     revalidate: Duration,
-    cache: Mutex<HashMap<KeyId, (Option<Arc<KeyRecord>>, Instant)>>,
+    cache: Mutex<HashMap<KeyId, Cached>>,
 }
+
+/// A record as read (or its absence), and when it was read.
+type Cached = (Option<Arc<KeyRecord>>, Instant);
 
 impl KeyTable {
     /// Most ids cached at once; past it, expired entries go, then all.
@@ -357,7 +360,7 @@ impl KeyTable {
         Ok(record.filter(|r| r.id == id.as_str() && r.matches(secret)))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<KeyId, (Option<Arc<KeyRecord>>, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<KeyId, Cached>> {
         // A panic while holding the lock leaves only a cache behind.
         self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }

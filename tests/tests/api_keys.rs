@@ -172,7 +172,8 @@ async fn every_role_meets_its_bounds(store: SharedStore) {
     let bob = || vec!["bob".to_owned()];
     let carol = || vec!["carol".to_owned()];
     // (what, headers, status, users whose memories come back)
-    let cases: Vec<(&str, Vec<(&str, &str)>, u16, Vec<String>)> = vec![
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, u16, Vec<String>);
+    let cases: Vec<Case<'_>> = vec![
         ("no key", vec![], 401, vec![]),
         ("no key, identity headers", vec![("X-OpenViking-User", "alice")], 401, vec![]),
         ("empty key", vec![("X-API-Key", "")], 401, vec![]),
