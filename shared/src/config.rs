@@ -307,11 +307,27 @@ impl Default for IndexConfig {
 pub struct LimitsConfig {
     /// Largest accepted request body. Default 262144 (256 KiB).
     pub max_body_bytes: usize,
+    /// The most bytes a response may take in the Lambda invocation
+    /// response (the envelope as a JSON string, with the headers): a
+    /// result that would take more is cut — fewer items or shorter text —
+    /// and answered with `"truncated": true` (see
+    /// [`crate::api::payload`]). Default 6291456, Lambda's synchronous
+    /// limit; lower it behind a gateway with a smaller one (an Application
+    /// Load Balancer takes 1 MB).
+    pub max_response_bytes: usize,
 }
 
 impl Default for LimitsConfig {
     fn default() -> Self {
-        Self { max_body_bytes: 256 * 1024 }
+        Self { max_body_bytes: 256 * 1024, max_response_bytes: crate::api::payload::LAMBDA_RESPONSE_LIMIT }
+    }
+}
+
+impl LimitsConfig {
+    /// What a response's result may take under `max_response_bytes`.
+    #[must_use]
+    pub fn response_budget(&self) -> crate::api::payload::Budget {
+        crate::api::payload::Budget::new(self.max_response_bytes)
     }
 }
 

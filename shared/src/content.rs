@@ -192,6 +192,20 @@ impl<'a> Content<'a> {
     /// Forbidden; [`ContentError::IsDirectory`] for a directory;
     /// [`ContentError::NotFound`] when nothing is there; store errors.
     pub async fn read(&self, uri: &VikingUri, lines: Lines, raw: bool) -> Result<ReadText, ContentError> {
+        Ok(slice_lines(&self.read_text(uri, raw).await?, lines, MAX_READ_BYTES))
+    }
+
+    /// The whole text of the file at `uri` as [`Content::read`] sees it
+    /// before slicing (authorised first; unless `raw`, a memory's trailer
+    /// left out; invalid UTF-8 replaced), for a caller that slices it with
+    /// its own bound ([`slice_lines`]).
+    ///
+    /// Cost and errors: as [`Content::read`].
+    ///
+    /// # Errors
+    /// Forbidden; [`ContentError::IsDirectory`] for a directory;
+    /// [`ContentError::NotFound`] when nothing is there; store errors.
+    pub async fn read_text(&self, uri: &VikingUri, raw: bool) -> Result<String, ContentError> {
         let uri = self.authorize(uri)?;
         let body = match self.store.get(&self.key(&uri)).await {
             Ok(object) => object.body,
@@ -206,8 +220,7 @@ impl<'a> Content<'a> {
         };
         let text = String::from_utf8_lossy(&body);
         let is_memory = classify(&uri).is_some_and(|(t, _)| t == ContextType::Memory);
-        let text = if !raw && is_memory { visible_memory_text(&text) } else { &text };
-        Ok(slice_lines(text, lines, MAX_READ_BYTES))
+        Ok(if !raw && is_memory { visible_memory_text(&text).to_owned() } else { text.into_owned() })
     }
 
     /// The abstract of `uri`: a directory's `.abstract.md` (a placeholder

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use crate::api::error::ApiError;
 use crate::app::App;
+use crate::content::{Lines, MAX_READ_BYTES, slice_lines};
 use crate::identity::Identity;
 use crate::index::filter::{FilterExpr, TimeField, TimeRange};
 use crate::index::record::LEVEL_FILE;
@@ -41,7 +42,7 @@ pub struct FindParams {
     pub time: Option<TimeRange>,
     /// Levels to keep (empty: all).
     pub levels: Vec<Level>,
-    /// Attach each hit's body as `content`.
+    /// Attach each hit's body as `content` (cut as a `content/read` is).
     pub read_content: bool,
     /// `events_time_decay_protection` in seconds.
     pub decay_window_s: Option<i64>,
@@ -209,7 +210,10 @@ pub async fn find_queries(
 /// order) it already computed, so both could overlap other work.
 ///
 /// Cost: one scan per query; with `read_content`, one read per hit (a
-/// body that cannot be read is empty).
+/// body that cannot be read is empty; each is cut at [`MAX_READ_BYTES`]
+/// with a closing `[truncated: …]` line, and once the bodies read add up
+/// to more than a response may carry, `limits.max_response_bytes`, no
+/// more are read and the hits after them are left out).
 pub async fn find_over(
     app: &App,
     identity: &Identity,
@@ -247,7 +251,16 @@ pub async fn find_over(
             hits.truncate(params.limit);
         }
     }
-    let contents = if params.read_content { read_contents(app, identity, &hits).await } else { Vec::new() };
+    let contents = if params.read_content {
+        let budget = app.config.limits.response_budget().bytes();
+        let contents = read_contents(app, identity, &hits, budget).await;
+        // Hits past the bytes a response may carry were not read: they
+        // could not be served (the route cuts the rest: `api::find`).
+        hits.truncate(contents.len());
+        contents
+    } else {
+        Vec::new()
+    };
     let mut buckets: [Vec<Value>; 3] = Default::default();
     for (i, hit) in hits.iter().enumerate() {
         let mut item = hit_json(hit);
@@ -334,7 +347,11 @@ pub fn hit_json(hit: &Hit<'_>) -> Value {
     item
 }
 
-async fn read_contents(app: &App, identity: &Identity, hits: &[Hit<'_>]) -> Vec<String> {
+/// The bodies of `hits`, in order, each cut like a `content/read` (at
+/// [`MAX_READ_BYTES`], on a line boundary, with the closing
+/// `[truncated: …]` line); reading stops after the body that takes the
+/// total past `budget` bytes, so fewer bodies than hits may come back.
+async fn read_contents(app: &App, identity: &Identity, hits: &[Hit<'_>], budget: usize) -> Vec<String> {
     let keys: Vec<Option<String>> = hits
         .iter()
         .map(|h| {
@@ -346,11 +363,13 @@ async fn read_contents(app: &App, identity: &Identity, hits: &[Hit<'_>]) -> Vec<
             target.map(|u| tree_key(&identity.account, &u))
         })
         .collect();
-    stream::iter(keys)
+    let mut bodies = stream::iter(keys)
         .map(|key| async move {
             let Some(key) = key else { return String::new() };
             match app.store.get(&key).await {
-                Ok(object) => String::from_utf8_lossy(&object.body).into_owned(),
+                Ok(object) => {
+                    slice_lines(&String::from_utf8_lossy(&object.body), Lines::default(), MAX_READ_BYTES).text
+                }
                 Err(StoreError::NotFound(_)) => String::new(),
                 Err(e) => {
                     tracing::warn!(error = %e, "read_content failed");
@@ -358,7 +377,13 @@ async fn read_contents(app: &App, identity: &Identity, hits: &[Hit<'_>]) -> Vec<
                 }
             }
         })
-        .buffered(READ_CONTENT_CONCURRENCY)
-        .collect()
-        .await
+        .buffered(READ_CONTENT_CONCURRENCY);
+    let (mut out, mut total) = (Vec::with_capacity(hits.len()), 0usize);
+    while total <= budget
+        && let Some(body) = bodies.next().await
+    {
+        total = total.saturating_add(body.len());
+        out.push(body);
+    }
+    out
 }

@@ -16,9 +16,11 @@ use std::sync::Arc;
 
 use lambda_http::Body;
 use serde_json::{Value, json};
+use skald::api::find::{MAX_LIMIT, MAX_QUERY_CHARS, MAX_TAGS, MAX_TARGET_URIS};
 use skald::app::App;
 use skald::embed::dot;
 use skald::embed::hashed::HashedEmbedder;
+use skald::index::filter::{MAX_FILTER_DEPTH, MAX_FILTER_NODES};
 use skald_tests::fixture::{
     DEFAULT_CORPUS, EMBED_DIMENSION, TempDirs, app_with_corpus, call_find, find, post_json, request, with_jwt_claims,
 };
@@ -235,7 +237,8 @@ async fn odd_but_valid_inputs_are_answered_not_refused() {
     let (app, _dirs) = dev_app().await;
     let cases = [
         json!({"query": "x", "limit": 3.0}),
-        json!({"query": "x", "limit": 1_000_000}),
+        json!({"query": "x", "limit": 1000}),
+        json!({"query": "x", "node_limit": 1000}),
         json!({"query": "x", "level": []}),
         json!({"query": "x", "level": ""}),
         json!({"query": "x", "level": ["0", 2]}),
@@ -272,27 +275,117 @@ async fn odd_but_valid_inputs_are_answered_not_refused() {
     }
 }
 
-/// `limit` has no upper bound in the reference (`Field(default=10, ge=1)`),
-/// so the largest integer a client can send is a valid limit: the answer is
-/// every matching record, never a crash.
+/// `limit` and `node_limit` take at most `MAX_LIMIT` (1000) hits, which
+/// the reference does not bound: the bound itself is a valid limit, one
+/// past it a 400 at the field.
 #[tokio::test]
-async fn the_largest_limit_is_a_valid_limit() {
+async fn the_largest_limit_is_accepted_and_one_past_it_is_refused() {
     let (app, _dirs) = dev_app().await;
     for field in ["limit", "node_limit"] {
-        let result = ok_result(&app, &json!({"query": "search", field: i64::MAX})).await;
+        let result = ok_result(&app, &json!({"query": "search", field: MAX_LIMIT})).await;
         assert_eq!(total(&result), 14, "{field}: {result}");
+        for past in [json!(MAX_LIMIT + 1), json!(i64::MAX)] {
+            let (status, json) = find(&app, &json!({"query": "search", field: past})).await;
+            assert_eq!(status, 400, "{field} {past}: {json}");
+            let error = &json["error"]["details"]["validation_errors"][0];
+            assert_eq!(error["loc"], json!(["body", field]), "{json}");
+            assert_eq!(error["type"], "less_than_equal", "{json}");
+            assert_eq!(error["message"], "Input should be less than or equal to 1000", "{json}");
+        }
     }
 }
 
-/// The reference's `limit: int` takes any integer ≥ 1, including one past
-/// `i64`; it is not "a number with a fractional part".
+/// An integer past `i64` is still an integer (not "a number with a
+/// fractional part"): it is refused for being over the bound.
 #[tokio::test]
 async fn an_integer_limit_beyond_i64_is_still_an_integer() {
     let (app, _dirs) = dev_app().await;
     let body = r#"{"query": "search", "limit": 18446744073709551615}"#;
     let answer = call_find(&app, request("POST", &[], Body::Text(body.to_owned()))).await;
+    assert_eq!(answer.status, 400, "{}", answer.text);
+    assert_eq!(answer.json["error"]["details"]["validation_errors"][0]["type"], "less_than_equal", "{}", answer.text);
+}
+
+/// Every list bound of the find body, at the bound (answered) and one
+/// past it (a 400 whose first error names the field exactly).
+#[tokio::test]
+async fn list_and_filter_bounds_hold_at_the_bound_and_refuse_one_past_it() {
+    let (app, _dirs) = dev_app().await;
+    let targets = |n: usize| json!(vec!["viking://resources"; n]);
+    let tags = |n: usize| json!((0..n).map(|i| format!("k{i}=v")).collect::<Vec<_>>());
+    // A `must` over `n - 1` values: `n` nodes.
+    let filter_nodes = |n: usize| json!({"op": "must", "field": "uri", "conds": vec!["viking://resources/x"; n - 1]});
+    // `depth` operators nested in `and`s.
+    let filter_depth = |depth: usize| {
+        let mut f = json!({"op": "must", "field": "context_type", "conds": ["resource"]});
+        for _ in 1..depth {
+            f = json!({"op": "and", "conds": [f]});
+        }
+        f
+    };
+    let cases: [(&str, Value, Value, &str); 4] = [
+        ("target_uri", targets(MAX_TARGET_URIS), targets(MAX_TARGET_URIS + 1), "too_long"),
+        ("tags", tags(MAX_TAGS), tags(MAX_TAGS + 1), "too_long"),
+        ("filter", filter_nodes(MAX_FILTER_NODES), filter_nodes(MAX_FILTER_NODES + 1), "value_error"),
+        ("filter", filter_depth(MAX_FILTER_DEPTH), filter_depth(MAX_FILTER_DEPTH + 1), "value_error"),
+    ];
+    for (field, at, past, kind) in cases {
+        let (status, json) = find(&app, &json!({"query": "search", field: at})).await;
+        assert_eq!(status, 200, "{field} at its bound: {json}");
+        let (status, json) = find(&app, &json!({"query": "search", field: past})).await;
+        assert_eq!(status, 400, "{field} past its bound: {json}");
+        let error = &json["error"]["details"]["validation_errors"][0];
+        assert_eq!(error["loc"], json!(["body", field]), "{json}");
+        assert_eq!(error["type"], kind, "{json}");
+    }
+}
+
+/// A query longer than `MAX_QUERY_CHARS` is cut, not refused: the search
+/// reads its first characters (after leading whitespace), so it answers
+/// exactly as that prefix does; at the bound nothing is cut.
+#[tokio::test]
+async fn a_long_query_is_cut_to_its_searched_prefix_not_refused() {
+    let (app, _dirs) = dev_app().await;
+    let head = "search service ".repeat(MAX_QUERY_CHARS / 15 + 1);
+    let prefix: String = head.chars().take(MAX_QUERY_CHARS).collect();
+    let at = ok_result(&app, &json!({"query": prefix, "include_provenance": true})).await;
+    assert_eq!(at["provenance"][0]["query"], json!(prefix), "at the bound nothing is cut");
+    let past = format!("  \n{prefix}and a pasted log that goes on {}", "年糕".repeat(20_000));
+    let cut = ok_result(&app, &json!({"query": past, "include_provenance": true})).await;
+    assert_eq!(cut, at, "the cut query searches as its prefix");
+}
+
+/// A response that would pass what Lambda carries is cut, not refused:
+/// with `read_content`, the best-scoring hits whose bodies fit are kept,
+/// `total` counts them, and the envelope says `"truncated": true`.
+#[tokio::test]
+async fn find_with_bodies_past_the_response_limit_keeps_the_best_hits_and_says_so() {
+    let big =
+        format!("# Big\n\nsearch service notes \"quoted\"\n{}", "line with \"quotes\" and \\ slashes\n".repeat(4_000));
+    let files: Vec<(String, String)> =
+        (0..6).map(|i| (format!("resources/big/file{i}.md"), big.replace("Big", &format!("Big {i}")))).collect();
+    let corpus: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    let limit = 400 * 1024;
+    let (app, _dirs) = skald_tests::fixture::app_with_config(&corpus, |c| c.limits.max_response_bytes = limit).await;
+    let body = json!({"query": "search service notes", "limit": 6, "read_content": true,
+        "target_uri": "viking://resources/big"});
+    let answer = call_find(&app, post_json(&body, &[])).await;
     assert_eq!(answer.status, 200, "{}", answer.text);
-    assert_eq!(total(&answer.json["result"]), 14, "{}", answer.text);
+    assert_eq!(answer.json["truncated"], true, "the cut is flagged");
+    let result = &answer.json["result"];
+    let kept = items(result);
+    assert!(!kept.is_empty() && kept.len() < 6, "{} hits kept", kept.len());
+    assert_eq!(total(result), kept.len());
+    assert!(kept.iter().all(|i| i["content"].is_string()), "every kept hit carries its body");
+    assert!(kept.iter().any(|i| i["content"].as_str().is_some_and(|c| c.starts_with("# Big"))));
+    let envelope = serde_json::json!({"body": answer.text}).to_string();
+    assert!(envelope.len() <= limit, "the response takes {} bytes", envelope.len());
+    // Without the cut every hit is served, and the flag is absent.
+    let small = json!({"query": "search service notes", "limit": 1, "read_content": true,
+        "target_uri": "viking://resources/big"});
+    let answer = call_find(&app, post_json(&small, &[])).await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert!(answer.json.get("truncated").is_none(), "{}", answer.text.chars().take(200).collect::<String>());
 }
 
 // ---------------------------------------------------------------------------

@@ -17,9 +17,10 @@ use serde_json::{Value, json};
 
 use super::error::ApiError;
 use super::fields::Query;
+use super::payload::{Budget, encoded_len, fit_text, largest_fitting, text_len};
 use super::{Admitted, admit_method, error_response, json_response, ok, within_deadline};
 use crate::app::App;
-use crate::content::{Content, Entry, Lines, ListOptions, MAX_NODE_LIMIT};
+use crate::content::{Content, Entry, Lines, ListOptions, MAX_NODE_LIMIT, MAX_READ_BYTES, slice_lines};
 use crate::index::IndexSnapshot;
 use crate::uri::VikingUri;
 
@@ -110,8 +111,11 @@ fn finish(query: Query, uri: Option<VikingUri>) -> Result<VikingUri, ApiError> {
     uri.ok_or_else(|| ApiError::InvalidArgument("uri is required".into()))
 }
 
+/// The route's result and whether it was cut (by its own bound or to fit
+/// a response: [`super::payload`]).
 async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query) -> Result<(Value, bool), ApiError> {
     let content = Content::new(&app.store, &admitted.identity);
+    let budget = app.config.limits.response_budget();
     match route {
         Route::Health | Route::Status => {
             query.finish()?;
@@ -124,7 +128,8 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
             let raw = query.boolean("raw").unwrap_or(false);
             let uri = finish(query, uri)?;
             let lines = Lines { offset, limit: u64::try_from(limit).ok() };
-            let read = content.read(&uri, lines, raw).await?;
+            let text = content.read_text(&uri, raw).await?;
+            let read = fit_read(&text, lines, budget);
             Ok((Value::String(read.text), read.next_offset.is_some()))
         }
         Route::Abstract | Route::Overview => {
@@ -135,7 +140,8 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
             } else {
                 content.overview_of(&uri).await?
             };
-            Ok((Value::String(text), false))
+            let (text, cut) = fit_summary(text, budget);
+            Ok((Value::String(text), cut))
         }
         Route::Stat => {
             let uri = uri_param(&mut query);
@@ -185,14 +191,75 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
                 std::sync::Arc::new(IndexSnapshot::default())
             };
             let listing = content.list(&uri, &options, &index).await?;
-            let entries: Vec<Value> = listing
+            let mut entries: Vec<Value> = listing
                 .entries
                 .iter()
                 .map(|e| if simple { json!(e.uri.as_str()) } else { entry_json(e, agent, recursive) })
                 .collect();
-            Ok((Value::Array(entries), listing.truncated))
+            let cut = fit_entries(&mut entries, budget);
+            Ok((Value::Array(entries), listing.truncated || cut))
         }
     }
+}
+
+/// `lines` of `text` as a read serves them: cut at [`MAX_READ_BYTES`], and
+/// further (a smaller cap, in the same `[truncated: …]` form, so a client
+/// reads on from the offset it names) while the read would not fit a
+/// response (`budget`; only with `limits.max_response_bytes` lowered far
+/// below Lambda's limit, which a 256 KiB read cannot reach).
+fn fit_read(text: &str, lines: Lines, budget: Budget) -> crate::content::ReadText {
+    let mut max_bytes = MAX_READ_BYTES;
+    loop {
+        let read = slice_lines(text, lines, max_bytes);
+        let size = text_len(&read.text);
+        if size <= budget.bytes() || max_bytes == 0 {
+            return read;
+        }
+        // Shrink in proportion to the excess, by at least an eighth.
+        let scaled = u128::from(max_bytes as u64) * u128::from(budget.bytes() as u64) / u128::from(size as u64);
+        max_bytes = usize::try_from(scaled).unwrap_or(0).min(max_bytes - max_bytes.div_ceil(8));
+    }
+}
+
+/// An abstract or overview as served: whole when it fits a response
+/// (`budget`), else cut at a character boundary with a closing
+/// `[truncated: …]` line, and `true`. A file's overview is its heading
+/// outline or first paragraph, which a large file can make many
+/// megabytes long.
+fn fit_summary(text: String, budget: Budget) -> (String, bool) {
+    if text_len(&text) <= budget.bytes() {
+        return (text, false);
+    }
+    let marker =
+        |shown: usize| format!("\n[truncated: {shown} of {} bytes shown, as much as one response carries]", text.len());
+    // The marker's own size, with room for the digits of any count.
+    let room = budget.bytes().saturating_sub(text_len(&marker(usize::MAX)));
+    let kept = fit_text(&text, room);
+    let out = format!("{kept}{}", marker(kept.len()));
+    (out, true)
+}
+
+/// Drops the last of `entries` until the listing fits a response
+/// (`budget`); whether any was dropped. A listing's entries add up to at
+/// most [`crate::content::MAX_LIST_BYTES`] of URIs, paths and abstracts,
+/// which their JSON and its escaping can take past Lambda's limit.
+fn fit_entries(entries: &mut Vec<Value>, budget: Budget) -> bool {
+    let all = Value::Array(std::mem::take(entries));
+    if budget.fits(&all) {
+        *entries = match all {
+            Value::Array(items) => items,
+            _ => Vec::new(),
+        };
+        return false;
+    }
+    let Value::Array(mut items) = all else { return false };
+    // The array's brackets and commas: 2 + one per entry past the first.
+    let sizes: Vec<usize> = items.iter().map(encoded_len).collect();
+    let fits = |k: usize| 2 + k.saturating_sub(1) + sizes[..k].iter().sum::<usize>() <= budget.bytes();
+    let k = largest_fitting(items.len(), fits);
+    items.truncate(k);
+    *entries = items;
+    true
 }
 
 /// One `fs/ls` entry in the reference's shapes: agent mode

@@ -7,13 +7,14 @@ use serde_json::Value;
 
 use super::error::{ApiError, FieldError};
 use super::fields::Body;
-use super::{Admitted, admit, error_response, ok, telemetry, within_deadline};
+use super::payload::{Budget, largest_fitting, respond};
+use super::{Admitted, admit, error_response, telemetry, within_deadline};
 use crate::app::App;
 use crate::find::{FindParams, authorize_targets, find};
 use crate::identity::Identity;
 use crate::index::ContextType;
 use crate::index::extract::is_valid_tag;
-use crate::index::filter::{FilterExpr, TimeField, TimeRange};
+use crate::index::filter::{FilterExpr, MAX_FILTER_DEPTH, MAX_FILTER_NODES, TimeField, TimeRange, filter_size};
 use crate::timeparse::{DateEnd, parse_duration, parse_time};
 use crate::uri::VikingUri;
 
@@ -41,6 +42,58 @@ pub const FIND_FIELDS: &[&str] = &[
 /// The message for an empty query without an image (as the reference).
 pub const EMPTY_QUERY: &str = "Search query or image_url must not be empty.";
 
+/// The most hits `limit` and `node_limit` may ask for (more is a 400 at
+/// the field): 1000. OpenViking's plugins ask for 8 to 40 (twice or four
+/// times their recall limit of 10) and its MCP tools for 10, so this
+/// leaves a configured recall limit 25 times the default; each hit costs
+/// its share of the scan's heap, about 0.5 KB of response and, with
+/// `read_content`, one read. The reference sets no bound.
+pub const MAX_LIMIT: i64 = 1000;
+
+/// The most entries `target_uri` may hold (more is a 400 at the field):
+/// 64. Clients send one URI (the plugins: one per search); every record
+/// the search scans is tested against each target.
+pub const MAX_TARGET_URIS: usize = 64;
+
+/// The most entries `tags` may hold (more is a 400 at the field): 32.
+/// No OpenViking client sends tags; every record the search scans is
+/// tested for each.
+pub const MAX_TAGS: usize = 32;
+
+/// The characters of `query` that are searched: 4096. A longer query is
+/// cut here (at a character boundary, after leading whitespace), not
+/// refused: OpenViking's Claude Code plugin sends the user's whole prompt
+/// as the query, and a pasted log or file must not lose the turn's recall
+/// to a 400. What is cut could not be searched anyway: the embedded
+/// USE-m3 model reads the first 256 tokens (about 1,200 characters), and
+/// an OpenAI-compatible embedder refuses input over about 8,000 tokens,
+/// which 4096 characters stay under even in CJK text. Everything after
+/// parsing — the embedding, `provenance`, the LLM stages (which cut
+/// further: `llm::PROMPT_QUERY_CHARS`) — sees the cut query. The
+/// request body's own limit (`limits.max_body_bytes`) bounds what is sent.
+pub const MAX_QUERY_CHARS: usize = 4096;
+
+/// `query` cut to [`MAX_QUERY_CHARS`] characters (unchanged when it has no
+/// more; else its first ones after leading whitespace).
+#[must_use]
+pub fn cut_query(query: String) -> String {
+    if query.chars().nth(MAX_QUERY_CHARS).is_none() {
+        return query;
+    }
+    let text = query.trim_start();
+    match text.char_indices().nth(MAX_QUERY_CHARS) {
+        Some((end, _)) => text[..end].to_owned(),
+        None => text.to_owned(),
+    }
+}
+
+/// The error for a list field with `n` items, more than `max`, as
+/// pydantic words it.
+#[must_use]
+pub fn too_long(field: &str, max: usize, n: usize) -> FieldError {
+    FieldError::new(field, "too_long", format!("List should have at most {max} items after validation, not {n}"))
+}
+
 /// Handles one find request; never panics on input and always answers in
 /// the envelope.
 pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
@@ -49,7 +102,10 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
         Err(e) => return error_response(&e),
     };
     match within_deadline(&admitted.deadline, run(app, &admitted)).await {
-        Ok((result, wants_telemetry)) => ok(result, telemetry(wants_telemetry, "search.find", admitted.started)),
+        Ok((result, wants_telemetry)) => {
+            let (result, truncated) = fit_hits(result, app.config.limits.response_budget());
+            respond(result, telemetry(wants_telemetry, "search.find", admitted.started), truncated)
+        }
         Err(e) => error_response(&e),
     }
 }
@@ -63,6 +119,46 @@ async fn run(app: &App, admitted: &Admitted<'_>) -> Result<(Value, bool), ApiErr
     params.targets = authorize(&admitted.identity, &common.targets)?;
     let result = find(app, &admitted.identity, &params, admitted.now).await?;
     Ok((result, common.telemetry))
+}
+
+/// The lists of a find result, in the order hits are kept when it is cut.
+const HIT_LISTS: [&str; 3] = ["memories", "resources", "skills"];
+
+/// A find (or list-mode) `result` cut to what a response may carry
+/// ([`Budget`]): unchanged and `false` when it fits; else its
+/// best-scoring hits that fit, across the three lists (ties keep the
+/// earlier list), with `total` counting them, and `true` (the response
+/// then says `"truncated": true`). Only a result with `read_content`
+/// bodies can get there: a thousand hits of abstracts take about 0.5 MB.
+#[must_use]
+pub fn fit_hits(result: Value, budget: Budget) -> (Value, bool) {
+    if budget.fits(&result) {
+        return (result, false);
+    }
+    let mut order: Vec<(f64, usize, usize)> = Vec::new();
+    for (list, name) in HIT_LISTS.iter().enumerate() {
+        for (i, item) in result[*name].as_array().map(Vec::as_slice).unwrap_or_default().iter().enumerate() {
+            order.push((item["score"].as_f64().unwrap_or(f64::NEG_INFINITY), list, i));
+        }
+    }
+    order.sort_by(|a, b| b.0.total_cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2))));
+    let keep = |k: usize| -> Value {
+        let kept: std::collections::HashSet<(usize, usize)> = order[..k].iter().map(|(_, l, i)| (*l, *i)).collect();
+        let mut out = result.clone();
+        for (list, name) in HIT_LISTS.iter().enumerate() {
+            if let Some(items) = out[*name].as_array_mut() {
+                let mut i = 0;
+                items.retain(|_| {
+                    i += 1;
+                    kept.contains(&(list, i - 1))
+                });
+            }
+        }
+        out["total"] = Value::from(k);
+        out
+    };
+    let k = largest_fitting(order.len(), |k| budget.fits(&keep(k)));
+    (keep(k), true)
 }
 
 /// What the fields shared by `find` and `search` parse into.
@@ -85,14 +181,19 @@ pub struct Common {
 pub fn parse_common(body: &mut Body, now: i64) -> Common {
     let mut c = Common::default();
     let p = &mut c.params;
-    p.query = body.string("query").unwrap_or_default();
+    p.query = cut_query(body.string("query").unwrap_or_default());
     // `str | list[str]`: "" and [] are no image; each list element must be a string.
     let image_is_list = body.raw("image_url").is_some_and(Value::is_array);
     c.has_image = body
         .string_or_list("image_url")
         .is_some_and(|images| image_is_list && !images.is_empty() || images.iter().any(|s| !s.is_empty()));
     let target_is_list = body.raw("target_uri").is_some_and(Value::is_array);
-    for (i, text) in body.string_or_list("target_uri").unwrap_or_default().into_iter().enumerate() {
+    let mut targets = body.string_or_list("target_uri").unwrap_or_default();
+    if targets.len() > MAX_TARGET_URIS {
+        body.error(too_long("target_uri", MAX_TARGET_URIS, targets.len()));
+        targets.clear();
+    }
+    for (i, text) in targets.into_iter().enumerate() {
         if text.is_empty() {
             continue;
         }
@@ -118,9 +219,9 @@ pub fn parse_common(body: &mut Body, now: i64) -> Common {
         }
     }
     c.limit_sent = body.sent("limit") || body.sent("node_limit");
-    let limit = body.int("limit", Some(1), None);
-    let node_limit = body.int("node_limit", Some(1), None);
-    p.limit = node_limit.or(limit).map_or(10, |n| usize::try_from(n).unwrap_or(usize::MAX));
+    let limit = body.int("limit", Some(1), Some(MAX_LIMIT));
+    let node_limit = body.int("node_limit", Some(1), Some(MAX_LIMIT));
+    p.limit = node_limit.or(limit).map_or(10, |n| usize::try_from(n).unwrap_or(10));
     p.score_threshold = body.number("score_threshold");
     p.include_provenance = body.boolean("include_provenance").unwrap_or(false);
     let time_field = match body.literal("time_field", &["updated_at", "created_at"]).as_deref() {
@@ -129,13 +230,19 @@ pub fn parse_common(body: &mut Body, now: i64) -> Common {
     };
     p.time_field = time_field;
     if let Some(filter) = body.object("filter") {
+        let filter = Value::Object(filter);
         let parse = |t: &str| parse_time(t, now, DateEnd::Start);
-        match FilterExpr::parse(&Value::Object(filter), &parse) {
+        match check_filter_size(&filter).and_then(|()| FilterExpr::parse(&filter, &parse)) {
             Ok(expr) => p.expr = Some(expr),
             Err(e) => body.error(FieldError::new("filter", "value_error", format!("Value error, {e}"))),
         }
     }
-    for (i, tag) in body.string_list("tags").unwrap_or_default().into_iter().enumerate() {
+    let mut tags = body.string_list("tags").unwrap_or_default();
+    if tags.len() > MAX_TAGS {
+        body.error(too_long("tags", MAX_TAGS, tags.len()));
+        tags.clear();
+    }
+    for (i, tag) in tags.into_iter().enumerate() {
         if is_valid_tag(&tag) {
             p.tags.push(tag);
         } else {
@@ -189,6 +296,19 @@ pub fn parse_common(body: &mut Body, now: i64) -> Common {
         }
     }
     c
+}
+
+/// Refuses a filter expression with more than [`MAX_FILTER_NODES`] nodes
+/// or nested deeper than [`MAX_FILTER_DEPTH`], before it is parsed.
+fn check_filter_size(filter: &Value) -> Result<(), String> {
+    let size = filter_size(filter);
+    if size.nodes > MAX_FILTER_NODES {
+        return Err(format!("filter has {} nodes; at most {MAX_FILTER_NODES} are allowed", size.nodes));
+    }
+    if size.depth > MAX_FILTER_DEPTH {
+        return Err(format!("filter is nested {} levels deep; at most {MAX_FILTER_DEPTH} are allowed", size.depth));
+    }
+    Ok(())
 }
 
 /// `"0"` or `N` + `m|h|d`, in seconds.

@@ -21,6 +21,7 @@ pub mod content;
 pub mod error;
 pub mod fields;
 pub mod find;
+pub mod payload;
 #[cfg(feature = "assemble")]
 pub mod recall;
 #[cfg(feature = "assemble")]

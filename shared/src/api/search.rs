@@ -12,8 +12,9 @@ use serde_json::{Map, Value, json};
 
 use super::error::{ApiError, FieldError};
 use super::fields::Body;
-use super::find::{Common, FIND_FIELDS, authorize, check_query, parse_common};
-use super::{Admitted, admit, error_response, ok, telemetry, within_deadline};
+use super::find::{Common, FIND_FIELDS, authorize, check_query, fit_hits, parse_common};
+use super::payload::respond;
+use super::{Admitted, admit, error_response, telemetry, within_deadline};
 use crate::app::App;
 use crate::assemble::params::{
     AssembleParams, DEFAULT_SCORE_THRESHOLD, DETAIL_KEYS, Detail, MAX_EXCLUDE_URIS, MAX_MAX_TOKENS, MIN_MAX_TOKENS,
@@ -373,23 +374,28 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
         Err(e) => return error_response(&e),
     };
     match within_deadline(&admitted.deadline, run(app, &admitted)).await {
-        Ok((result, wants_telemetry)) => ok(result, telemetry(wants_telemetry, "search.search", admitted.started)),
+        Ok((result, wants_telemetry, truncated)) => {
+            respond(result, telemetry(wants_telemetry, "search.search", admitted.started), truncated)
+        }
         Err(e) => error_response(&e),
     }
 }
 
-async fn run(app: &App, admitted: &Admitted<'_>) -> Result<(Value, bool), ApiError> {
+/// The result, whether telemetry was asked for, and whether the result
+/// was cut to fit a response (list mode only: context and bootstrap
+/// results are bounded by `max_tokens`).
+async fn run(app: &App, admitted: &Admitted<'_>) -> Result<(Value, bool, bool), ApiError> {
     let request = parse(admitted.body, admitted.now, &app.config.retrieval.purpose_profiles)?;
     if request.mode != Mode::Bootstrap {
         check_query(app, &request.common.params.query, request.common.has_image)?;
     }
     let wants_telemetry = request.common.telemetry;
-    let result = match request.mode {
-        Mode::List => list(app, admitted, &request).await?,
-        Mode::Context => context(app, &admitted.identity, &request, &admitted.deadline).await?,
-        Mode::Bootstrap => bootstrap(app, &admitted.identity, &request, admitted.now).await?,
+    let (result, truncated) = match request.mode {
+        Mode::List => fit_hits(list(app, admitted, &request).await?, app.config.limits.response_budget()),
+        Mode::Context => (context(app, &admitted.identity, &request, &admitted.deadline).await?, false),
+        Mode::Bootstrap => (bootstrap(app, &admitted.identity, &request, admitted.now).await?, false),
     };
-    Ok((result, wants_telemetry))
+    Ok((result, wants_telemetry, truncated))
 }
 
 /// Runs list mode: exactly `find`, unless a session with context is given

@@ -19,9 +19,10 @@ use serde_json::{Value, json};
 use super::error::{ApiError, FieldError};
 use super::fields::Body;
 use super::fields::Query;
-use super::{Admitted, admit_method, error_response, ok, within_deadline};
+use super::payload::{Budget, largest_fitting, respond};
+use super::{Admitted, admit_method, error_response, within_deadline};
 use crate::app::App;
-use crate::sessions::{SessionError, SessionId, SessionMeta, Sessions, StoredMessage};
+use crate::sessions::{SessionContext, SessionError, SessionId, SessionMeta, Sessions, StoredMessage};
 
 /// Fields of a commit body: the reference's `CommitRequest` fields Skald
 /// honours (`keep_recent_count`) or accepts and ignores (`telemetry`;
@@ -130,12 +131,92 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
     };
     let query = Query::parse(request.uri().query());
     match within_deadline(&admitted.deadline, run(app, &admitted, route, query)).await {
-        Ok(result) => ok(result, None),
+        Ok((result, truncated)) => respond(result, None, truncated),
         Err(e) => error_response(&e),
     }
 }
 
-async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query) -> Result<Value, ApiError> {
+/// The route's result and whether it was cut to fit a response (only a
+/// session's context can be: [`fit_context`]).
+async fn run(app: &App, admitted: &Admitted<'_>, route: Route, query: Query) -> Result<(Value, bool), ApiError> {
+    if let Route::Context(id) = route {
+        return context(app, admitted, &id, query).await;
+    }
+    Ok((run_route(app, admitted, route).await?, false))
+}
+
+/// `GET /api/v1/sessions/{id}/context?token_budget=N`.
+async fn context(app: &App, admitted: &Admitted<'_>, id: &str, mut query: Query) -> Result<(Value, bool), ApiError> {
+    let sessions = Sessions::new(&app.store, &admitted.identity);
+    let id = session_id(id, None)?;
+    let budget = query.int("token_budget", Some(1), Some(MAX_CONTEXT_BUDGET)).unwrap_or(DEFAULT_CONTEXT_BUDGET);
+    query.finish()?;
+    let mut context = sessions.context(&id, u64::try_from(budget).unwrap_or(0)).await?;
+    let cut = fit_context(&mut context, app.config.limits.response_budget());
+    Ok((context_json(&context), cut))
+}
+
+/// A session context in the reference's shape.
+fn context_json(context: &SessionContext) -> Value {
+    json!({
+        "latest_archive_overview": context.latest_archive_overview,
+        "pre_archive_abstracts": context.pre_archive_abstracts,
+        "messages": context.messages.iter().map(message_json).collect::<Vec<_>>(),
+        "estimatedTokens": context.estimated_tokens,
+        "stats": {
+            "totalArchives": context.total_archives,
+            "includedArchives": context.included_archives,
+            "droppedArchives": context.dropped_archives,
+            "failedArchives": context.failed_archives,
+            "activeTokens": context.active_tokens,
+            "archiveTokens": context.archive_tokens,
+        },
+    })
+}
+
+/// Cuts `context` until it fits a response (`budget`): the oldest messages
+/// go first, then the oldest abstracts, and the counters follow (a dropped
+/// abstract counts as a dropped archive). Whether anything was dropped.
+/// Up to 200 messages within a million-token budget — tool outputs among
+/// their parts, which the token estimate may not count in full — can take
+/// a context past Lambda's limit.
+fn fit_context(context: &mut SessionContext, budget: Budget) -> bool {
+    if budget.fits(&context_json(context)) {
+        return false;
+    }
+    let messages = std::mem::take(&mut context.messages);
+    let n = messages.len();
+    let keep_newest = |context: &mut SessionContext, k: usize| {
+        context.messages = messages[n - k..].to_vec();
+        context.active_tokens = context.messages.iter().map(StoredMessage::token_estimate).sum();
+        context.estimated_tokens = context.active_tokens + context.archive_tokens;
+    };
+    let k = largest_fitting(n, |k| {
+        let mut trial = context.clone();
+        keep_newest(&mut trial, k);
+        budget.fits(&context_json(&trial))
+    });
+    keep_newest(context, k);
+    if k == 0 && !budget.fits(&context_json(context)) {
+        let abstracts = std::mem::take(&mut context.pre_archive_abstracts);
+        let tokens = |texts: &[String]| texts.iter().map(|t| crate::tokens::estimate_tokens(t) as u64).sum::<u64>();
+        let keep_newest = |context: &mut SessionContext, k: usize| {
+            let dropped = &abstracts[k..];
+            let mut trial = context.clone();
+            trial.pre_archive_abstracts = abstracts[..k].to_vec();
+            trial.archive_tokens = context.archive_tokens.saturating_sub(tokens(dropped));
+            trial.included_archives = context.included_archives.saturating_sub(dropped.len() as u64);
+            trial.dropped_archives = context.dropped_archives + dropped.len() as u64;
+            trial.estimated_tokens = trial.active_tokens + trial.archive_tokens;
+            trial
+        };
+        let k = largest_fitting(abstracts.len(), |k| budget.fits(&context_json(&keep_newest(context, k))));
+        *context = keep_newest(context, k);
+    }
+    true
+}
+
+async fn run_route(app: &App, admitted: &Admitted<'_>, route: Route) -> Result<Value, ApiError> {
     let sessions = Sessions::new(&app.store, &admitted.identity);
     let now = now_text();
     match route {
@@ -179,26 +260,7 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
             body.finish()?;
             commit(app, admitted, &sessions, &id, u64::try_from(keep).unwrap_or(0), &now).await
         }
-        Route::Context(id) => {
-            let id = session_id(&id, None)?;
-            let budget = query.int("token_budget", Some(1), Some(MAX_CONTEXT_BUDGET)).unwrap_or(DEFAULT_CONTEXT_BUDGET);
-            query.finish()?;
-            let context = sessions.context(&id, u64::try_from(budget).unwrap_or(0)).await?;
-            Ok(json!({
-                "latest_archive_overview": context.latest_archive_overview,
-                "pre_archive_abstracts": context.pre_archive_abstracts,
-                "messages": context.messages.iter().map(message_json).collect::<Vec<_>>(),
-                "estimatedTokens": context.estimated_tokens,
-                "stats": {
-                    "totalArchives": context.total_archives,
-                    "includedArchives": context.included_archives,
-                    "droppedArchives": context.dropped_archives,
-                    "failedArchives": context.failed_archives,
-                    "activeTokens": context.active_tokens,
-                    "archiveTokens": context.archive_tokens,
-                },
-            }))
-        }
+        Route::Context(id) => Ok(context(app, admitted, &id, Query::default()).await?.0),
         Route::Append(id) => {
             let id = session_id(&id, None)?;
             let mut body = Body::parse(admitted.body, MESSAGE_FIELDS)?;

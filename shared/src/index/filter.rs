@@ -93,6 +93,50 @@ pub enum Field {
     UpdatedAt,
 }
 
+/// The most nodes a request's filter expression may have: 256. A node is
+/// an operator object or one value it tests (`{"op": "must", "field":
+/// "uri", "conds": ["a", "b"]}` has 3). Every record a search scans is
+/// tested against the whole expression, so its size multiplies the scan.
+/// OpenViking's clients send none; the reference builds one of a few nodes
+/// from `context_type`. 256 leaves room for a `must` over as many URIs as
+/// `exclude_uris` takes (200).
+pub const MAX_FILTER_NODES: usize = 256;
+
+/// How deeply a filter expression may nest operators: 8 (a single
+/// operator is 1; each `and` / `or` around it adds 1).
+pub const MAX_FILTER_DEPTH: usize = 8;
+
+/// A filter expression's size, counted on its JSON before it is parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FilterSize {
+    /// Operator objects plus the values they test (see [`MAX_FILTER_NODES`]).
+    pub nodes: usize,
+    /// The deepest nesting of operator objects (see [`MAX_FILTER_DEPTH`]).
+    pub depth: usize,
+}
+
+/// The size of the filter JSON `value`: an object is one node (one level
+/// deeper than its parent), and each item of its `conds` or `prefix` — an
+/// object counted likewise, anything else one node.
+#[must_use]
+pub fn filter_size(value: &Value) -> FilterSize {
+    let Value::Object(map) = value else { return FilterSize { nodes: 1, depth: 0 } };
+    let mut size = FilterSize { nodes: 1, depth: 1 };
+    for key in ["conds", "prefix"] {
+        let items = match map.get(key) {
+            Some(Value::Array(items)) => items.as_slice(),
+            Some(other) => std::slice::from_ref(other),
+            None => &[],
+        };
+        for item in items {
+            let inner = filter_size(item);
+            size.nodes = size.nodes.saturating_add(inner.nodes);
+            size.depth = size.depth.max(inner.depth + 1);
+        }
+    }
+    size
+}
+
 /// A filter expression in the reference's shape.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FilterExpr {
@@ -248,5 +292,26 @@ fn field_number(record: &Record, field: Field) -> Option<f64> {
         Field::CreatedAt => Some(record.created_at as f64),
         Field::UpdatedAt => Some(record.updated_at as f64),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_filters_size_counts_operators_and_the_values_they_test() {
+        let leaf = json!({"op": "must", "field": "uri", "conds": ["a", "b"]});
+        assert_eq!(filter_size(&leaf), FilterSize { nodes: 3, depth: 1 });
+        let one = json!({"op": "must", "field": "level", "conds": 1});
+        assert_eq!(filter_size(&one), FilterSize { nodes: 2, depth: 1 });
+        let range = json!({"op": "range", "field": "level", "gte": 1});
+        assert_eq!(filter_size(&range), FilterSize { nodes: 1, depth: 1 });
+        let nested = json!({"op": "and", "conds": [leaf, {"op": "or", "conds": [range, one]}]});
+        assert_eq!(filter_size(&nested), FilterSize { nodes: 1 + 3 + 1 + 1 + 2, depth: 3 });
+        let prefix = json!({"op": "prefix", "field": "uri", "prefix": "viking://resources"});
+        assert_eq!(filter_size(&prefix), FilterSize { nodes: 2, depth: 1 });
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{ChatModel, ChatRequest, cut_chars};
+use super::{ChatModel, ChatRequest, cut_chars, prompt_query};
 
 /// Planned queries kept beyond the original.
 pub const MAX_PLANNED: usize = 2;
@@ -145,7 +145,8 @@ impl Expansion {
 
 /// The user text of the planner's prompt: the overview, the last
 /// [`RECENT_MESSAGES`] messages (`[role]: text`, each cut to
-/// [`MESSAGE_CHARS`]) and the current query.
+/// [`MESSAGE_CHARS`]) and the current query (at most
+/// [`super::PROMPT_QUERY_CHARS`] characters of it: [`prompt_query`]).
 #[must_use]
 pub fn prompt(context: &SessionContext, query: &str) -> String {
     let overview = context.overview.as_deref().map(str::trim).filter(|o| !o.is_empty());
@@ -162,6 +163,7 @@ pub fn prompt(context: &SessionContext, query: &str) -> String {
         .map(|(role, text)| format!("[{role}]: {}", cut_chars(text.trim(), MESSAGE_CHARS)))
         .collect();
     let recent = if recent.is_empty() { "None".to_owned() } else { recent.join("\n") };
+    let query = prompt_query(query);
     format!("## Session summary\n{overview}\n\n## Recent messages\n{recent}\n\n## Current query\n{query}\n")
 }
 
@@ -303,6 +305,10 @@ mod tests {
         assert!(text.ends_with("## Current query\nwhat did we decide about it?\n"), "{text}");
         let empty = prompt(&SessionContext::default(), "q");
         assert!(empty.contains("## Session summary\nNone") && empty.contains("## Recent messages\nNone"));
+        let long = "年".repeat(super::super::PROMPT_QUERY_CHARS + 10);
+        let text = prompt(&context(), &long);
+        let kept = "年".repeat(super::super::PROMPT_QUERY_CHARS);
+        assert!(text.ends_with(&format!("## Current query\n{kept}\n…(cut)\n")), "{text}");
     }
 
     #[test]

@@ -195,6 +195,23 @@ impl Models {
     }
 }
 
+/// The characters of the user's query a prompt carries: 2000 (about 500
+/// tokens). The request keeps up to 4096 (the search reads them); a
+/// prompt needs the query's gist next to the session and the fragments,
+/// and a pasted log would otherwise crowd them out and slow the stage
+/// that runs under the tightest deadline. A longer query is cut, never
+/// refused: see [`prompt_query`].
+pub const PROMPT_QUERY_CHARS: usize = 2000;
+
+/// `query` as a prompt carries it: as sent when it has at most
+/// [`PROMPT_QUERY_CHARS`] characters, else cut there (at a character
+/// boundary) and marked `…(cut)` on a line of its own.
+#[must_use]
+pub fn prompt_query(query: &str) -> std::borrow::Cow<'_, str> {
+    let cut = cut_chars(query, PROMPT_QUERY_CHARS);
+    if cut.len() == query.len() { cut.into() } else { format!("{cut}\n…(cut)").into() }
+}
+
 /// Cuts `text` to at most `max` characters (not bytes), on a character
 /// boundary.
 #[must_use]
@@ -225,6 +242,15 @@ mod tests {
         let given = Models::with_client(ready, false);
         assert!(given.any() && !given.has_dedicated_planner());
         assert_eq!(given.planner().map(|m| m.id().to_owned()).as_deref(), Some("openai:m"));
+    }
+
+    #[test]
+    fn a_prompt_carries_at_most_the_bounded_query_and_says_it_was_cut() {
+        assert_eq!(prompt_query("  what now?\n"), "  what now?\n");
+        let exact = "年".repeat(PROMPT_QUERY_CHARS);
+        assert_eq!(prompt_query(&exact), exact.as_str());
+        let long = format!("{exact}糕 and more");
+        assert_eq!(prompt_query(&long), format!("{exact}\n…(cut)"));
     }
 
     #[test]

@@ -231,9 +231,12 @@ pub fn session_slice(context: &SessionContext, served: &HashSet<&str>) -> String
     scrub(&parts.join("\n"), served)
 }
 
-/// The user text of the prompt.
+/// The user text of the prompt: the query (at most
+/// [`super::PROMPT_QUERY_CHARS`] characters of it:
+/// [`super::prompt_query`]), the session slice, the fragments and the cap.
 #[must_use]
 pub fn prompt(query: &str, rendered: &str, slice: &str, max_bullets: usize) -> String {
+    let query = super::prompt_query(query);
     let session = if slice.is_empty() { String::new() } else { format!("Session context:\n{slice}\n\n") };
     format!(
         "User query:\n{query}\n\n{session}Retrieved fragments:\n{rendered}\n\nAnswer with at most {max_bullets} bullets."
@@ -397,5 +400,9 @@ mod tests {
         assert!(text.starts_with("User query:\nq?\n\nRetrieved fragments:\n<memory"), "{text}");
         assert!(text.ends_with("at most 4 bullets."));
         assert!(prompt("q", "r", "Session summary: s", 6).contains("Session context:\nSession summary: s\n\n"));
+        let long = "q".repeat(super::super::PROMPT_QUERY_CHARS + 1);
+        let text = prompt(&long, "r", "", 6);
+        let kept = "q".repeat(super::super::PROMPT_QUERY_CHARS);
+        assert!(text.starts_with(&format!("User query:\n{kept}\n…(cut)\n\nRetrieved")), "{text}");
     }
 }
