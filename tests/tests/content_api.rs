@@ -346,3 +346,66 @@ async fn the_home_alias_works_wherever_a_uri_is_accepted() {
     assert_eq!(excluded.status, 200, "{}", excluded.text);
     assert!(!excluded.text.contains("viking://user/default/memories"), "{}", excluded.text);
 }
+
+/// The invocation response Lambda would carry for `reply` (API Gateway
+/// payload v2: the envelope as a JSON string), without its headers.
+fn invocation_bytes(reply: &Reply) -> usize {
+    json!({ "statusCode": 200, "body": reply.text }).to_string().len()
+}
+
+#[tokio::test]
+async fn a_read_past_the_response_limit_is_cut_further_and_says_where_to_read_on() {
+    use skald::api::payload::RESERVE;
+    let limit = RESERVE + 64 * 1024;
+    let big: String = (0..3000).map(|i| format!("{i:05} \"{}\"\n", "x\\".repeat(46))).collect();
+    let files = [("resources/big/quoted.md", big.as_str())];
+    let (app, _dirs) = skald_tests::fixture::app_with_config(&files, |c| c.limits.max_response_bytes = limit).await;
+    let reply = get(&app, "/api/v1/content/read?uri=viking://resources/big/quoted.md", &[]).await;
+    assert_eq!(reply.json["truncated"], true, "the cut is flagged");
+    assert!(invocation_bytes(&reply) <= limit, "{} bytes", invocation_bytes(&reply));
+    let marker = text(&reply).lines().last().unwrap_or_default().to_owned();
+    assert!(marker.starts_with("[truncated: lines 1-"), "{marker}");
+    let next: usize =
+        marker.rsplit("offset=").next().and_then(|n| n.trim_end_matches(']').parse().ok()).expect("an offset");
+    assert!(next > 100 && next < 2595, "the response cut reads fewer lines than the 256 KiB cap: {next}");
+    let rest =
+        get(&app, &format!("/api/v1/content/read?uri=viking://resources/big/quoted.md&offset={next}"), &[]).await;
+    assert!(text(&rest).starts_with(&format!("{next:05} ")), "{}", &rest.text[..80]);
+    // A read that fits is whole and unflagged.
+    let small = get(&app, "/api/v1/content/read?uri=viking://resources/big/quoted.md&limit=10", &[]).await;
+    assert_eq!(text(&small).lines().count(), 10);
+    assert!(small.json.get("truncated").is_none(), "{}", small.text);
+}
+
+#[tokio::test]
+async fn an_overview_past_the_response_limit_is_cut_with_a_marker() {
+    use skald::api::payload::RESERVE;
+    let limit = RESERVE + 32 * 1024;
+    // A file's overview is its whole `# Summary` section, however long.
+    let paragraph = format!("# Summary\n{}", "A \"quoted\" sentence about the service.\n".repeat(5_000));
+    let files = [("resources/long/para.md", paragraph.as_str())];
+    let (app, _dirs) = skald_tests::fixture::app_with_config(&files, |c| c.limits.max_response_bytes = limit).await;
+    let reply = get(&app, "/api/v1/content/overview?uri=viking://resources/long/para.md", &[]).await;
+    assert_eq!(reply.json["truncated"], true, "the cut is flagged");
+    assert!(invocation_bytes(&reply) <= limit, "{} bytes", invocation_bytes(&reply));
+    let body = text(&reply);
+    assert!(body.starts_with("A \"quoted\" sentence"), "{}", &body[..80]);
+    assert!(body.ends_with("bytes shown, as much as one response carries]"), "{}", &body[body.len() - 120..]);
+}
+
+#[tokio::test]
+async fn a_listing_past_the_response_limit_keeps_its_first_entries_and_is_flagged() {
+    use skald::api::payload::RESERVE;
+    let limit = RESERVE + 8 * 1024;
+    let notes: Vec<(String, String)> = (0..120)
+        .map(|i| (format!("resources/many/note{i:03}.md"), format!("# Note {i}\n\nThe \"{i}\" note.\n")))
+        .collect();
+    let files: Vec<(&str, &str)> = notes.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    let (app, _dirs) = skald_tests::fixture::app_with_config(&files, |c| c.limits.max_response_bytes = limit).await;
+    let reply = get(&app, "/api/v1/fs/ls?uri=viking://resources/many", &[]).await;
+    let listed = names(&reply);
+    assert!(!listed.is_empty() && listed.len() < 120, "{} entries", listed.len());
+    assert_eq!(listed.first().map(String::as_str), Some("note000.md"), "the first entries are kept");
+    assert_eq!(reply.json["truncated"], true, "the cut is flagged");
+    assert!(invocation_bytes(&reply) <= limit, "{} bytes", invocation_bytes(&reply));
+}

@@ -525,3 +525,24 @@ async fn a_missing_session_is_not_found_and_wrong_methods_are_refused() {
     let listed = app.store.list("accounts/").await.expect("list the store");
     assert!(listed.is_empty(), "refused requests write nothing: {listed:?}");
 }
+
+#[tokio::test]
+async fn a_session_context_past_the_response_limit_keeps_its_newest_messages_and_is_flagged() {
+    use skald::api::payload::RESERVE;
+    let limit = RESERVE + 16 * 1024;
+    let (app, _dirs) = skald_tests::fixture::app_with_config(&[], |c| c.limits.max_response_bytes = limit).await;
+    for i in 0..30 {
+        let text = format!("message {i:02}: {}", "a \"quoted\" word ".repeat(100));
+        append(&app, "big-1", &json!({"role": "user", "content": text})).await;
+    }
+    let reply = call(&app, Handler::Sessions, "GET", &format!("{}/context", session_path("big-1")), &[], None).await;
+    let context = ok(&reply);
+    assert_eq!(reply.json["truncated"], true, "the cut is flagged");
+    let bytes = json!({ "statusCode": 200, "body": reply.text }).to_string().len();
+    assert!(bytes <= limit, "{bytes} bytes");
+    let messages = context["messages"].as_array().expect("messages");
+    assert!(!messages.is_empty() && messages.len() < 30, "{} messages", messages.len());
+    let last = messages.last().and_then(|m| m["parts"][0]["text"].as_str()).unwrap_or_default();
+    assert!(last.starts_with("message 29:"), "the newest message is kept: {last:.40}");
+    assert_eq!(context["estimatedTokens"], context["stats"]["activeTokens"], "no archive: the counts follow the cut");
+}
