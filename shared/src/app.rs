@@ -24,6 +24,11 @@ pub enum InitError {
     /// The configured embedder could not be built.
     #[error("embedder: {0}")]
     Embedder(String),
+    /// A model's API key secret could not be read (the message names the
+    /// setting, its variable and the secret's id, never its value).
+    #[cfg(feature = "secrets")]
+    #[error(transparent)]
+    Secret(#[from] crate::secrets::SecretError),
 }
 
 /// Everything a handler needs; built once per process and shared.
@@ -46,11 +51,20 @@ pub struct App {
 
 impl App {
     /// Builds the store, embedder and index cache for `config`. Clients that
-    /// talk to the network connect on first use.
+    /// talk to the network connect on first use, with one exception: in
+    /// builds with the feature `secrets`, the API key secrets the models
+    /// name (`api_key_secret`) are read here, once (see
+    /// [`crate::secrets`]; nothing is built or called when none is named).
     ///
     /// # Errors
-    /// [`InitError`] naming what could not be built.
+    /// [`InitError`] naming what could not be built or resolved.
     pub async fn new(config: Config) -> Result<Self, InitError> {
+        #[cfg(feature = "secrets")]
+        let config = {
+            let mut config = config;
+            crate::secrets::resolve_model_keys(&mut config).await?;
+            config
+        };
         let store = open_store(&config).await?;
         let embedder = build_embedder(&config.embedding_resolved())?;
         Ok(Self::with_parts(config, store, embedder))

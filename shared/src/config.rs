@@ -344,8 +344,23 @@ pub enum ModelConfig {
         model: String,
         /// Environment variable holding the API key (read when the client
         /// is first used; unset sends no key). Default `OPENAI_API_KEY`.
+        /// Not read when `api_key_secret` is set.
         #[serde(default = "default_api_key_env")]
         api_key_env: String,
+        /// An AWS Secrets Manager secret (its ARN, or its name in the
+        /// function's region) holding the API key, which
+        /// [`crate::app::App::new`] reads once at init in builds with the
+        /// feature `secrets` (one `GetSecretValue` call, shared by both
+        /// models when they name the same secret) into `api_key`. The
+        /// secret is the key as plain text, or a JSON object with one
+        /// string member. Default none; `{prefix}_API_KEY_SECRET` sets it
+        /// (see [`ModelConfig::from_env_prefix`]).
+        #[serde(default)]
+        api_key_secret: Option<String>,
+        /// The key resolved from `api_key_secret` at init: held in memory
+        /// only, never read from JSON and never printed (see [`Secret`]).
+        #[serde(skip)]
+        api_key: Option<Secret>,
     },
     /// Amazon Bedrock Converse, with the function's AWS credentials.
     Bedrock {
@@ -358,6 +373,31 @@ pub enum ModelConfig {
         #[serde(default)]
         endpoint_url: Option<String>,
     },
+}
+
+/// A credential held in memory: its `Debug` prints `Secret(..)`, never the
+/// value, so configurations and errors can be logged.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps `value`.
+    #[must_use]
+    pub fn new(value: String) -> Self {
+        Self(value)
+    }
+
+    /// The value, for the one place that sends it (a request header).
+    #[must_use]
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
 }
 
 impl ModelConfig {
@@ -373,8 +413,10 @@ impl ModelConfig {
     /// The model an environment prefix describes (`{prefix}_MODEL`, with
     /// `{prefix}_PROVIDER` = `openai` (default) or `bedrock`; for OpenAI
     /// `{prefix}_BASE_URL` (default `https://api.openai.com/v1`) and the key
-    /// in `{prefix}_API_KEY`; for Bedrock `{prefix}_REGION`), or `None`
-    /// when `{prefix}_MODEL` is unset.
+    /// from the Secrets Manager secret `{prefix}_API_KEY_SECRET` names
+    /// (its `api_key_secret`, resolved at init),
+    /// else from `{prefix}_API_KEY` (local runs); for Bedrock
+    /// `{prefix}_REGION`), or `None` when `{prefix}_MODEL` is unset.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] for an unknown provider.
@@ -395,6 +437,8 @@ impl ModelConfig {
                 base_url: var("BASE_URL").unwrap_or_else(|| "https://api.openai.com/v1".to_owned()),
                 model,
                 api_key_env: format!("{prefix}_API_KEY"),
+                api_key_secret: var("API_KEY_SECRET"),
+                api_key: None,
             })),
             Some("bedrock") => Ok(Some(Self::Bedrock { model_id: model, region: var("REGION"), endpoint_url: None })),
             Some(other) => Err(ConfigError::Invalid {
@@ -669,9 +713,19 @@ mod tests {
             Some(ModelConfig::Openai {
                 base_url: "https://api.openai.com/v1".into(),
                 model: "gpt".into(),
-                api_key_env: "SKALD_LLM_API_KEY".into()
+                api_key_env: "SKALD_LLM_API_KEY".into(),
+                api_key_secret: None,
+                api_key: None,
             })
         );
+        const ARN: &str = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:skald/llm-AbCdEf";
+        let with_secret = vars(&[("SKALD_LLM_MODEL", "gpt"), ("SKALD_LLM_API_KEY_SECRET", ARN)]);
+        let Some(Some(ModelConfig::Openai { api_key_secret, api_key, .. })) =
+            ModelConfig::from_variables("SKALD_LLM", with_secret).ok()
+        else {
+            panic!("an OpenAI model");
+        };
+        assert_eq!((api_key_secret.as_deref(), api_key), (Some(ARN), None), "named, resolved only at init");
         let bedrock = vars(&[
             ("SKALD_QUERY_PLANNER_MODEL", "anthropic.haiku"),
             ("SKALD_QUERY_PLANNER_PROVIDER", "bedrock"),
@@ -688,6 +742,28 @@ mod tests {
         let bad = vars(&[("SKALD_LLM_MODEL", "m"), ("SKALD_LLM_PROVIDER", "azure")]);
         let err = ModelConfig::from_variables("SKALD_LLM", bad).expect_err("unknown provider");
         assert!(err.to_string().contains("SKALD_LLM_PROVIDER"), "{err}");
+    }
+
+    #[test]
+    fn a_model_names_its_key_secret_but_never_carries_the_key_in_json() {
+        let c = Config::from_json(
+            r#"{"llm": {"provider": "openai", "base_url": "http://x/v1", "model": "m", "api_key_secret": "skald/llm"}}"#,
+            "t.json",
+            Path::new("."),
+        )
+        .expect("valid");
+        assert!(
+            matches!(&c.llm, Some(ModelConfig::Openai { api_key_secret: Some(s), api_key: None, .. }) if s == "skald/llm")
+        );
+        let err = Config::from_json(
+            r#"{"llm": {"provider": "openai", "base_url": "http://x/v1", "model": "m", "api_key": "sk-1"}}"#,
+            "t.json",
+            Path::new("."),
+        )
+        .expect_err("a key in the file is refused");
+        assert!(err.to_string().contains("unknown field `api_key`"), "{err}");
+        let shown = format!("{:?}", Secret::new("sk-very-secret".into()));
+        assert_eq!(shown, "Secret(..)");
     }
 
     #[test]

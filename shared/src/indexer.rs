@@ -446,6 +446,8 @@ mod tests {
         for key in [
             "accounts/acme/index/manifest.json",
             "accounts/acme/keys.json",
+            // The API key table (`skald keys`), outside every account.
+            "keys/0123456789abcdef.json",
             "elsewhere/acme/tree/resources/a.md",
             "accounts/acme",
             "",

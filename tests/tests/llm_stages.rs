@@ -70,7 +70,13 @@ const UNSERVED: &str = "viking://user/default/memories/secret/unserved-plan.md";
 
 /// `server` as an OpenAI-compatible model named `model` (no API key).
 fn openai(server: &ModelServer, model: &str) -> ModelConfig {
-    ModelConfig::Openai { base_url: server.base_url(), model: model.into(), api_key_env: "SKALD_TEST_UNSET_KEY".into() }
+    ModelConfig::Openai {
+        base_url: server.base_url(),
+        model: model.into(),
+        api_key_env: "SKALD_TEST_UNSET_KEY".into(),
+        api_key_secret: None,
+        api_key: None,
+    }
 }
 
 /// An app over [`CONTEXT_CORPUS`] whose main model is `server`.

@@ -533,6 +533,8 @@ async fn search_rewrite_auto_forces_the_digest_as_the_reference_tool_does() {
             base_url: server.base_url(),
             model: "stub".into(),
             api_key_env: "SKALD_TEST_UNSET_KEY".into(),
+            api_key_secret: None,
+            api_key: None,
         });
     })
     .await;
@@ -784,6 +786,8 @@ async fn a_tool_runs_under_the_mcp_requests_deadline() {
             base_url: server.base_url(),
             model: "stub".into(),
             api_key_env: "SKALD_TEST_UNSET_KEY".into(),
+            api_key_secret: None,
+            api_key: None,
         });
         config.retrieval.gateway_timeout_s = 30.0;
     })

@@ -1843,6 +1843,8 @@ async fn llm_stage_responses_fit_their_schemas() {
         base_url: server.base_url(),
         model: "stub".into(),
         api_key_env: "SKALD_TEST_UNSET_KEY".into(),
+        api_key_secret: None,
+        api_key: None,
     };
     let (app, _dirs) = app_with_config(CONTEXT_CORPUS, |config| config.llm = Some(model)).await;
     let ops = operations(&doc);

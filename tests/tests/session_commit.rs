@@ -275,6 +275,8 @@ fn app_with_model(store: SharedStore, server: &ModelServer) -> Arc<App> {
             base_url: server.base_url(),
             model: "stub".into(),
             api_key_env: "SKALD_TEST_UNSET_KEY".into(),
+            api_key_secret: None,
+            api_key: None,
         }),
         ..Config::default()
     };

@@ -113,12 +113,19 @@ pub trait ChatModel: Send + Sync + fmt::Debug {
 }
 
 /// The client for `config`. Cheap: nothing connects, no TLS, no
-/// credential lookup until the first call.
+/// credential lookup until the first call. An OpenAI-compatible model's
+/// key is the one resolved at init from its `api_key_secret`, else the
+/// environment variable `api_key_env` read on the first call.
 #[must_use]
 pub fn client(config: &ModelConfig) -> Arc<dyn ChatModel> {
     match config {
-        ModelConfig::Openai { base_url, model, api_key_env } => {
-            Arc::new(openai::OpenAiChat::new(base_url, model, openai::ApiKey::Env(api_key_env.clone())))
+        ModelConfig::Openai { base_url, model, api_key_env, api_key_secret, api_key } => {
+            let key = match (api_key, api_key_secret) {
+                (Some(key), _) => openai::ApiKey::Value(key.clone()),
+                (None, Some(secret)) => openai::ApiKey::Unresolved(secret.clone()),
+                (None, None) => openai::ApiKey::Env(api_key_env.clone()),
+            };
+            Arc::new(openai::OpenAiChat::new(base_url, model, key))
         }
         #[cfg(feature = "bedrock")]
         ModelConfig::Bedrock { model_id, region, endpoint_url } => {
@@ -228,7 +235,13 @@ mod tests {
 
     #[test]
     fn the_planner_falls_back_to_the_main_model_and_auto_needs_a_dedicated_one() {
-        let main = ModelConfig::Openai { base_url: "http://x/v1".into(), model: "big".into(), api_key_env: "K".into() };
+        let main = ModelConfig::Openai {
+            base_url: "http://x/v1".into(),
+            model: "big".into(),
+            api_key_env: "K".into(),
+            api_key_secret: None,
+            api_key: None,
+        };
         let small = ModelConfig::Bedrock { model_id: "anthropic.haiku".into(), region: None, endpoint_url: None };
         let none = Models::new(None, None);
         assert!(!none.any() && none.planner().is_none());

@@ -20,6 +20,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub enum ApiKey {
     /// Read from this environment variable when the client is first used.
     Env(String),
+    /// Resolved at init (from a secret, see
+    /// [`crate::config::ModelConfig::Openai`]'s `api_key_secret`).
+    Value(crate::config::Secret),
+    /// A secret this binary did not resolve (built without the feature
+    /// `secrets`): every call fails with [`LlmError::Config`] naming the
+    /// secret, rather than sending no key.
+    Unresolved(String),
     /// No key (local servers).
     None,
 }
@@ -86,6 +93,15 @@ impl OpenAiChat {
         })?;
         let key = match &self.key {
             ApiKey::Env(var) => std::env::var(var).ok().filter(|k| !k.is_empty()),
+            ApiKey::Value(key) => Some(key.expose().to_owned()),
+            ApiKey::Unresolved(secret) => {
+                return Err(LlmError::Config {
+                    model: self.id.clone(),
+                    message: format!(
+                        "the api key secret {secret:?} was not resolved: this build has no feature `secrets`"
+                    ),
+                });
+            }
             ApiKey::None => None,
         };
         Ok(self.client.get_or_init(|| (client, key)))

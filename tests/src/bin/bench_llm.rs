@@ -344,6 +344,8 @@ fn app(store: SharedStore, embedder: Arc<dyn Embedder>, base_url: &str) -> App {
             base_url: base_url.to_owned(),
             model: "stub".to_owned(),
             api_key_env: NO_KEY.to_owned(),
+            api_key_secret: None,
+            api_key: None,
         }),
         ..dev_config()
     };
