@@ -4,9 +4,9 @@
 //!
 //! 1. Routes: the document's `(method, path)` pairs are exactly the HTTP
 //!    API events of `infra/template.yaml` (read with a line scanner), the
-//!    events the template leaves outside the JWT authorizer (those its
-//!    `HttpApi` body does not guard) are exactly the operations documented
-//!    with `security: []`, and the `cargo lambda watch` router of the root
+//!    events the template takes out of the JWT authorizer
+//!    (`Auth: Authorizer: NONE`) are exactly the operations documented with
+//!    `security: []`, and the `cargo lambda watch` router of the root
 //!    `Cargo.toml` serves each of them with the function the template
 //!    deploys for it.
 //! 2. Request fields: every body schema lists exactly the fields its parser
@@ -60,7 +60,8 @@ use std::sync::{Arc, LazyLock};
 use serde_json::{Map, Value, json};
 use skald::api::content::{DEFAULT_ABS_LIMIT, DEFAULT_NODE_LIMIT};
 use skald::api::error::{ApiError, FieldError};
-use skald::api::find::FIND_FIELDS;
+use skald::api::find::{FIND_FIELDS, MAX_LIMIT, MAX_QUERY_CHARS, MAX_TAGS, MAX_TARGET_URIS};
+use skald::api::payload::LAMBDA_RESPONSE_LIMIT;
 use skald::api::recall::RECALL_FIELDS;
 use skald::api::search::{BOOTSTRAP_FIELDS, CONTEXT_ONLY_FIELDS, SEARCH_FIELDS};
 use skald::api::sessions::{
@@ -70,6 +71,7 @@ use skald::app::App;
 use skald::config::ModelConfig;
 use skald::content::{MAX_LIST_BYTES, MAX_NODE_LIMIT, MAX_READ_BYTES, RECURSIVE_DEPTH};
 use skald::embed::hashed::HashedEmbedder;
+use skald::index::filter::{MAX_FILTER_DEPTH, MAX_FILTER_NODES};
 use skald::sessions::{MAX_ARCHIVE_MESSAGES, MAX_CONTEXT_ARCHIVES, MAX_CONTEXT_MESSAGES};
 use skald_tests::fixture::{
     CONTEXT_CORPUS, Handler, Reply, TempDirs, app_with_config, app_with_corpus, call, call_handler,
@@ -518,43 +520,32 @@ fn template_routes() -> Vec<(String, String, String)> {
     routes
 }
 
-/// `(method, path)` of the HTTP API events the template leaves without an
-/// authorizer in either identity mode: every event route the `HttpApi`'s
-/// `DefinitionBody` does not put behind the JWT authorizer (a
-/// `security: !If [UsesJwt, [{Jwt: []}], …]` line under its `paths:`).
-/// A body entry that is no event route is a failure, named.
-fn template_open_routes() -> Result<BTreeSet<(String, String)>, String> {
+/// `(method, path)` of the HTTP API events the template takes out of the
+/// API's default JWT authorizer (`Auth: Authorizer: NONE` in the event).
+fn template_open_routes() -> BTreeSet<(String, String)> {
+    let mut open = BTreeSet::new();
+    // The event being read: (method, path, whether its authorizer is NONE).
+    let mut event: Option<(Option<String>, Option<String>, bool)> = None;
     let template = repo_file("infra/template.yaml");
-    let mut guarded = BTreeSet::new();
-    let mut stale = Vec::new();
-    // Inside the body's `paths:` (its indentation), the path being read.
-    let (mut paths_indent, mut path) = (None::<usize>, None::<String>);
-    for line in template.lines() {
-        let indent = line.len() - line.trim_start().len();
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        match paths_indent {
-            None if line == "paths:" => paths_indent = Some(indent),
-            Some(base) if indent <= base => paths_indent = None,
-            Some(_) => {
-                if let Some(p) = line.strip_suffix(':').filter(|p| p.starts_with('/')) {
-                    path = Some(p.to_owned());
-                } else if let (Some(p), Some((method, rest))) = (&path, line.split_once(':'))
-                    && rest.contains("Jwt")
-                {
-                    guarded.insert((method.trim().to_uppercase(), p.clone()));
-                }
+    // Every event starts at its `Type:` line and ends at the next one.
+    for line in template.lines().map(str::trim).chain(["Type: (end)"]) {
+        let value = |key: &str| line.strip_prefix(key).map(|v| v.trim().trim_matches('"').to_owned());
+        if let Some(kind) = value("Type:") {
+            if let Some((Some(method), Some(path), true)) = event.take() {
+                open.insert((method, path));
             }
-            None => {}
+            event = (kind == "HttpApi").then_some((None, None, false));
+        } else if let Some((method, path, none)) = event.as_mut() {
+            if let Some(m) = value("Method:") {
+                *method = Some(m.to_uppercase());
+            } else if let Some(p) = value("Path:") {
+                *path = Some(p);
+            } else if let Some(authorizer) = value("Authorizer:") {
+                *none = authorizer == "NONE";
+            }
         }
     }
-    let routes: BTreeSet<(String, String)> = template_routes().into_iter().map(|(m, p, _)| (m, p)).collect();
-    for (method, path) in guarded.difference(&routes) {
-        stale.push(format!("{method} {path}: behind the JWT in the HttpApi body, but no function event serves it"));
-    }
-    if stale.is_empty() { Ok(routes.difference(&guarded).cloned().collect()) } else { Err(stale.join("\n")) }
+    open
 }
 
 /// `(path pattern, function)` of `[workspace.metadata.lambda.watch.router]`.
@@ -607,8 +598,7 @@ fn routes_are_the_templates_and_the_watch_routers() {
     let mut failures = Vec::new();
     // Only the routes the template takes out of the authorizer are
     // documented as needing no token.
-    let open = template_open_routes().unwrap_or_else(|stale| panic!("{stale}"));
-    assert!(!open.is_empty() && open.len() < deployed.len(), "open routes {open:?}: the body guards none or all");
+    let open = template_open_routes();
     for op in operations(&doc) {
         let documented_open = op.op.get("security").and_then(Value::as_array).is_some_and(Vec::is_empty);
         let deployed_open = open.contains(&(op.method.clone(), op.path.clone()));
@@ -1855,8 +1845,6 @@ async fn llm_stage_responses_fit_their_schemas() {
         base_url: server.base_url(),
         model: "stub".into(),
         api_key_env: "SKALD_TEST_UNSET_KEY".into(),
-        api_key_secret: None,
-        api_key: None,
     };
     let (app, _dirs) = app_with_config(CONTEXT_CORPUS, |config| config.llm = Some(model)).await;
     let ops = operations(&doc);
@@ -2496,6 +2484,72 @@ async fn mcp_documented_headers_are_read() {
                 failures
                     .push(format!("POST {MCP}: header {name}: {bad} is not a tool error naming it: {}", answer.text));
             }
+        }
+    }
+    assert_none(&failures);
+}
+
+/// The request bounds the document states are the parsers' constants: the
+/// hit limits, the list sizes, the filter's nodes and depth (the bounds
+/// the generic probes of [`documented_bounds_are_the_parsers`] cannot
+/// reach: `target_uri`'s sits inside its `oneOf`, the filter's are
+/// Skald's own keywords) and the length a query is cut at.
+#[tokio::test]
+async fn documented_request_bounds_are_the_librarys() {
+    let doc = doc();
+    let schemas = &doc["components"]["schemas"];
+    let as_u64 = |n: usize| n as u64;
+    let mut failures = Vec::new();
+    for request in ["FindRequest", "SearchRequest"] {
+        let prop = |name: &str| &schemas[request]["properties"][name];
+        let array_variant = prop("target_uri")["oneOf"]
+            .as_array()
+            .and_then(|variants| variants.iter().find(|v| v["type"] == "array"))
+            .and_then(|v| v.get("maxItems"))
+            .and_then(Value::as_u64);
+        let checks: Vec<(&str, Option<u64>, u64)> = vec![
+            ("limit maximum (MAX_LIMIT)", prop("limit")["maximum"].as_u64(), MAX_LIMIT.unsigned_abs()),
+            ("node_limit maximum (MAX_LIMIT)", prop("node_limit")["maximum"].as_u64(), MAX_LIMIT.unsigned_abs()),
+            ("target_uri list maxItems (MAX_TARGET_URIS)", array_variant, as_u64(MAX_TARGET_URIS)),
+            ("tags maxItems (MAX_TAGS)", prop("tags")["maxItems"].as_u64(), as_u64(MAX_TAGS)),
+            (
+                "filter x-skald-max-nodes (MAX_FILTER_NODES)",
+                prop("filter")["x-skald-max-nodes"].as_u64(),
+                as_u64(MAX_FILTER_NODES),
+            ),
+            (
+                "filter x-skald-max-depth (MAX_FILTER_DEPTH)",
+                prop("filter")["x-skald-max-depth"].as_u64(),
+                as_u64(MAX_FILTER_DEPTH),
+            ),
+            (
+                "query x-skald-cut-at (MAX_QUERY_CHARS)",
+                prop("query")["x-skald-cut-at"].as_u64(),
+                as_u64(MAX_QUERY_CHARS),
+            ),
+        ];
+        for (what, documented, code) in checks {
+            if documented != Some(code) {
+                failures.push(format!("{request}.{what}: documented {documented:?}, the library's is {code}"));
+            }
+        }
+    }
+    let recall = schemas.pointer("/RecallRequest/properties/query/x-skald-cut-at").and_then(Value::as_u64);
+    if recall != Some(as_u64(MAX_QUERY_CHARS)) {
+        failures.push(format!(
+            "RecallRequest.query x-skald-cut-at: documented {recall:?}, the library's is {MAX_QUERY_CHARS}"
+        ));
+    }
+    let description = doc["info"]["description"].as_str().unwrap_or_default();
+    if !description.contains("6,291,456") || LAMBDA_RESPONSE_LIMIT != 6_291_456 {
+        failures.push("info.description must state Lambda's response limit, LAMBDA_RESPONSE_LIMIT".to_owned());
+    }
+    // Every route that can cut its result to fit a response documents the flag.
+    for response in
+        ["FindResponse", "SearchResponse", "TextResponse", "ReadResponse", "LsResponse", "SessionContextResponse"]
+    {
+        if schemas[response]["properties"]["truncated"]["const"] != json!(true) {
+            failures.push(format!("{response}: no top-level `truncated: true`"));
         }
     }
     assert_none(&failures);

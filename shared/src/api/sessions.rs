@@ -136,26 +136,6 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
     }
 }
 
-/// The route's result and whether it was cut to fit a response (only a
-/// session's context can be: [`fit_context`]).
-async fn run(app: &App, admitted: &Admitted<'_>, route: Route, query: Query) -> Result<(Value, bool), ApiError> {
-    if let Route::Context(id) = route {
-        return context(app, admitted, &id, query).await;
-    }
-    Ok((run_route(app, admitted, route).await?, false))
-}
-
-/// `GET /api/v1/sessions/{id}/context?token_budget=N`.
-async fn context(app: &App, admitted: &Admitted<'_>, id: &str, mut query: Query) -> Result<(Value, bool), ApiError> {
-    let sessions = Sessions::new(&app.store, &admitted.identity);
-    let id = session_id(id, None)?;
-    let budget = query.int("token_budget", Some(1), Some(MAX_CONTEXT_BUDGET)).unwrap_or(DEFAULT_CONTEXT_BUDGET);
-    query.finish()?;
-    let mut context = sessions.context(&id, u64::try_from(budget).unwrap_or(0)).await?;
-    let cut = fit_context(&mut context, app.config.limits.response_budget());
-    Ok((context_json(&context), cut))
-}
-
 /// A session context in the reference's shape.
 fn context_json(context: &SessionContext) -> Value {
     json!({
@@ -216,10 +196,13 @@ fn fit_context(context: &mut SessionContext, budget: Budget) -> bool {
     true
 }
 
-async fn run_route(app: &App, admitted: &Admitted<'_>, route: Route) -> Result<Value, ApiError> {
+/// The route's result and whether it was cut to fit a response (only a
+/// session's context can be: [`fit_context`]).
+async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query) -> Result<(Value, bool), ApiError> {
     let sessions = Sessions::new(&app.store, &admitted.identity);
     let now = now_text();
-    match route {
+    let mut cut = false;
+    let result = match route {
         Route::Create => {
             // As the reference, the create body is lenient: only `session_id` is read.
             let body = Body::parse(admitted.body, &[])?;
@@ -260,7 +243,14 @@ async fn run_route(app: &App, admitted: &Admitted<'_>, route: Route) -> Result<V
             body.finish()?;
             commit(app, admitted, &sessions, &id, u64::try_from(keep).unwrap_or(0), &now).await
         }
-        Route::Context(id) => Ok(context(app, admitted, &id, Query::default()).await?.0),
+        Route::Context(id) => {
+            let id = session_id(&id, None)?;
+            let budget = query.int("token_budget", Some(1), Some(MAX_CONTEXT_BUDGET)).unwrap_or(DEFAULT_CONTEXT_BUDGET);
+            query.finish()?;
+            let mut context = sessions.context(&id, u64::try_from(budget).unwrap_or(0)).await?;
+            cut = fit_context(&mut context, app.config.limits.response_budget());
+            Ok(context_json(&context))
+        }
         Route::Append(id) => {
             let id = session_id(&id, None)?;
             let mut body = Body::parse(admitted.body, MESSAGE_FIELDS)?;
@@ -363,7 +353,8 @@ async fn run_route(app: &App, admitted: &Admitted<'_>, route: Route) -> Result<V
                 "pending_tokens": meta.pending_tokens,
             }))
         }
-    }
+    };
+    Ok((result?, cut))
 }
 
 fn info(sessions: &Sessions<'_>, id: &SessionId, meta: &SessionMeta) -> Value {
