@@ -4,9 +4,9 @@
 //!
 //! 1. Routes: the document's `(method, path)` pairs are exactly the HTTP
 //!    API events of `infra/template.yaml` (read with a line scanner), the
-//!    events the template takes out of the JWT authorizer
-//!    (`Auth: Authorizer: NONE`) are exactly the operations documented with
-//!    `security: []`, and the `cargo lambda watch` router of the root
+//!    events the template leaves outside the JWT authorizer (those its
+//!    `HttpApi` body does not guard) are exactly the operations documented
+//!    with `security: []`, and the `cargo lambda watch` router of the root
 //!    `Cargo.toml` serves each of them with the function the template
 //!    deploys for it.
 //! 2. Request fields: every body schema lists exactly the fields its parser
@@ -520,32 +520,43 @@ fn template_routes() -> Vec<(String, String, String)> {
     routes
 }
 
-/// `(method, path)` of the HTTP API events the template takes out of the
-/// API's default JWT authorizer (`Auth: Authorizer: NONE` in the event).
-fn template_open_routes() -> BTreeSet<(String, String)> {
-    let mut open = BTreeSet::new();
-    // The event being read: (method, path, whether its authorizer is NONE).
-    let mut event: Option<(Option<String>, Option<String>, bool)> = None;
+/// `(method, path)` of the HTTP API events the template leaves without an
+/// authorizer in either identity mode: every event route the `HttpApi`'s
+/// `DefinitionBody` does not put behind the JWT authorizer (a
+/// `security: !If [UsesJwt, [{Jwt: []}], …]` line under its `paths:`).
+/// A body entry that is no event route is a failure, named.
+fn template_open_routes() -> Result<BTreeSet<(String, String)>, String> {
     let template = repo_file("infra/template.yaml");
-    // Every event starts at its `Type:` line and ends at the next one.
-    for line in template.lines().map(str::trim).chain(["Type: (end)"]) {
-        let value = |key: &str| line.strip_prefix(key).map(|v| v.trim().trim_matches('"').to_owned());
-        if let Some(kind) = value("Type:") {
-            if let Some((Some(method), Some(path), true)) = event.take() {
-                open.insert((method, path));
+    let mut guarded = BTreeSet::new();
+    let mut stale = Vec::new();
+    // Inside the body's `paths:` (its indentation), the path being read.
+    let (mut paths_indent, mut path) = (None::<usize>, None::<String>);
+    for line in template.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        match paths_indent {
+            None if line == "paths:" => paths_indent = Some(indent),
+            Some(base) if indent <= base => paths_indent = None,
+            Some(_) => {
+                if let Some(p) = line.strip_suffix(':').filter(|p| p.starts_with('/')) {
+                    path = Some(p.to_owned());
+                } else if let (Some(p), Some((method, rest))) = (&path, line.split_once(':'))
+                    && rest.contains("Jwt")
+                {
+                    guarded.insert((method.trim().to_uppercase(), p.clone()));
+                }
             }
-            event = (kind == "HttpApi").then_some((None, None, false));
-        } else if let Some((method, path, none)) = event.as_mut() {
-            if let Some(m) = value("Method:") {
-                *method = Some(m.to_uppercase());
-            } else if let Some(p) = value("Path:") {
-                *path = Some(p);
-            } else if let Some(authorizer) = value("Authorizer:") {
-                *none = authorizer == "NONE";
-            }
+            None => {}
         }
     }
-    open
+    let routes: BTreeSet<(String, String)> = template_routes().into_iter().map(|(m, p, _)| (m, p)).collect();
+    for (method, path) in guarded.difference(&routes) {
+        stale.push(format!("{method} {path}: behind the JWT in the HttpApi body, but no function event serves it"));
+    }
+    if stale.is_empty() { Ok(routes.difference(&guarded).cloned().collect()) } else { Err(stale.join("\n")) }
 }
 
 /// `(path pattern, function)` of `[workspace.metadata.lambda.watch.router]`.
@@ -598,7 +609,8 @@ fn routes_are_the_templates_and_the_watch_routers() {
     let mut failures = Vec::new();
     // Only the routes the template takes out of the authorizer are
     // documented as needing no token.
-    let open = template_open_routes();
+    let open = template_open_routes().unwrap_or_else(|stale| panic!("{stale}"));
+    assert!(!open.is_empty() && open.len() < deployed.len(), "open routes {open:?}: the body guards none or all");
     for op in operations(&doc) {
         let documented_open = op.op.get("security").and_then(Value::as_array).is_some_and(Vec::is_empty);
         let deployed_open = open.contains(&(op.method.clone(), op.path.clone()));
@@ -1845,6 +1857,8 @@ async fn llm_stage_responses_fit_their_schemas() {
         base_url: server.base_url(),
         model: "stub".into(),
         api_key_env: "SKALD_TEST_UNSET_KEY".into(),
+        api_key_secret: None,
+        api_key: None,
     };
     let (app, _dirs) = app_with_config(CONTEXT_CORPUS, |config| config.llm = Some(model)).await;
     let ops = operations(&doc);
