@@ -247,7 +247,8 @@ mod tests {
             hash: String::new(),
         };
         // (role, X-OpenViking-Account, X-OpenViking-User, expected account/user or status)
-        let cases: &[(Role, Option<&str>, Option<&str>, Result<(&str, &str), u16>)] = &[
+        type Case = (Role, Option<&'static str>, Option<&'static str>, Result<(&'static str, &'static str), u16>);
+        let cases: &[Case] = &[
             (Role::User, None, None, Ok(("acme", "alice"))),
             (Role::User, Some("acme"), Some("alice"), Ok(("acme", "alice"))),
             (Role::User, None, Some("bob"), Err(403)),
