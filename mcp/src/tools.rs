@@ -17,6 +17,7 @@ use std::sync::LazyLock;
 
 use rmcp::model::{CallToolResult, ContentBlock, ErrorData, JsonObject, Tool, ToolAnnotations};
 use serde_json::{Map, Value, json};
+use skald::api::find::MAX_LIMIT;
 use skald::app::App;
 use skald::deadline::Deadline;
 
@@ -126,7 +127,7 @@ fn build() -> Vec<Tool> {
                 "type": "array", "items": { "type": "string" },
                 "description": "Search only under these viking:// URIs (one URI as a plain string is accepted too). Default: the caller's memories, resources and skills."
             },
-            "limit": { "type": "integer", "minimum": 1, "default": 10, "description": "Most hits to return." },
+            "limit": { "type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 10, "description": "Most hits to return." },
             "min_score": {
                 "type": "number", "minimum": 0, "maximum": 1, "default": LIST_MIN_SCORE,
                 "description": "Lowest relevance score (0 to 1) a hit may have."
@@ -160,7 +161,7 @@ fn build() -> Vec<Tool> {
                 "description": "List mode: search only under these viking:// URIs (one URI as a plain string is accepted too)."
             },
             "session_id": session_id,
-            "limit": { "type": "integer", "minimum": 1, "default": 10, "description": "Most hits (list mode) or entries (context mode, without quotas)." },
+            "limit": { "type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 10, "description": "Most hits (list mode) or entries (context mode, without quotas)." },
             "min_score": {
                 "type": "number", "minimum": 0, "maximum": 1,
                 "description": "Lowest relevance score (0 to 1). Default: 0.35 in list mode, 0.1 in context mode."
@@ -568,8 +569,25 @@ async fn read(ctx: &Ctx<'_>, mut args: Args) -> Result<String, String> {
             Err(error) => render::section(uri, &format!("Error: {error}")),
         })
         .collect();
-    let text = sections.join("\n\n");
+    let text = fit_response(ctx.app, sections.join("\n\n"));
     if failed == uris.len() { Err(text) } else { Ok(text) }
+}
+
+/// The line that ends a `read` answer cut to fit the response limit.
+const READ_CUT: &str = "\n[truncated: the answer reached the response size limit; read fewer URIs per call]";
+
+/// `text` cut, at a character boundary and marked, to what a tool result
+/// may take under `limits.max_response_bytes` (Lambda's 6 MB): ten reads
+/// of 256 KiB each, escaped once in the JSON-RPC body and again in the
+/// invocation response, can pass it.
+fn fit_response(app: &App, text: String) -> String {
+    use skald::api::payload::{Budget, fit_text, text_len};
+    let budget = Budget::new(app.config.limits.max_response_bytes).bytes();
+    if text_len(&text) <= budget {
+        return text;
+    }
+    let kept = fit_text(&text, budget.saturating_sub(text_len(READ_CUT)));
+    format!("{kept}{READ_CUT}")
 }
 
 async fn list_dir(ctx: &Ctx<'_>, mut args: Args) -> Result<String, String> {

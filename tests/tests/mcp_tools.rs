@@ -622,6 +622,31 @@ async fn read_expands_uris_in_sections_and_fails_only_when_all_fail() {
 }
 
 #[tokio::test]
+async fn a_read_past_the_response_limit_is_cut_and_says_so() {
+    let big = "\"quoted\" text\n".repeat(8_000); // 112 KB, mostly characters escaped twice
+    let files: Vec<(String, String)> =
+        (0..4).map(|i| (format!("resources/big/{i}.md"), format!("# Part {i}\n{big}"))).collect();
+    let files: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    let limit = 400_000;
+    let (app, _dirs) = app_with_config(&files, |config| config.limits.max_response_bytes = limit).await;
+    let uris: Vec<String> = (0..4).map(|i| format!("viking://resources/big/{i}.md")).collect();
+    let params = json!({"name": "read", "arguments": {"uris": uris}});
+    let http = send(&app, rpc_event(V_2025_06, "tools/call", &params, &[])).await;
+    let out = outcome(&http);
+    assert!(!out.is_error, "{}", &out.text[..200]);
+    assert!(out.text.starts_with("=== viking://resources/big/0.md ===\n# Part 0"), "{}", &out.text[..200]);
+    assert!(out.text.ends_with("read fewer URIs per call]"), "{}", &out.text[out.text.len() - 200..]);
+    // Within the limit as the invocation response counts it: the JSON-RPC
+    // body escaped once more.
+    let in_response = 2 + http.text.bytes().map(skald::api::payload::escaped_byte_len).sum::<usize>();
+    assert!(in_response <= limit, "{in_response} > {limit}");
+    assert!(in_response > limit / 2, "cut to what fits, not far below: {in_response}");
+    // Under the limit nothing is cut.
+    let one = text(&app, "read", &json!({"uris": uris[0]})).await;
+    assert!(one.ends_with(&big), "a single read fits whole");
+}
+
+#[tokio::test]
 async fn list_gives_one_line_per_entry_with_its_abstract() {
     let (app, _dirs) = default_app().await;
     let out = text(&app, "list", &json!({"uri": "viking://resources"})).await;
