@@ -1460,3 +1460,121 @@ async fn chinese_text_is_budgeted_with_the_cjk_estimator() {
         assert!(stat(&result, "used_tokens") <= max_tokens, "{result:#}");
     }
 }
+
+// ---------------------------------------------------------------------------
+// Pinned wire shapes.
+// ---------------------------------------------------------------------------
+
+/// Set to `1` to rewrite the pinned responses in `tests/fixtures/wire/`.
+const UPDATE_WIRE: &str = "SKALD_UPDATE_WIRE";
+
+/// Compares a response body with its pinned text byte for byte (key order
+/// included), or rewrites the pin when [`UPDATE_WIRE`] is `1`.
+fn compare_wire(name: &str, text: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/wire").join(format!("{name}.json"));
+    if std::env::var(UPDATE_WIRE).is_ok_and(|v| v == "1") {
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("create the pin directory");
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        return;
+    }
+    let pinned = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("pin {} cannot be read ({e}); create it with {UPDATE_WIRE}=1", path.display()));
+    assert!(
+        text == pinned,
+        "{name}: the response differs from {}\n--- pinned\n{pinned}\n--- answered\n{text}\n---",
+        path.display()
+    );
+}
+
+/// The exact bodies of list, context and bootstrap mode and of both
+/// presets, every optional stats key included at least once (the LLM
+/// stages over the scripted model server), pinned byte for byte.
+#[tokio::test]
+async fn wire_shapes_are_pinned() {
+    use skald_tests::fixture::{BOOTSTRAP_PATH, Handler, RECALL_PATH, SESSIONS_PATH, call, sessions_post};
+    use skald_tests::model_server::{ModelServer, Reply as ModelReply};
+
+    let (app, _dirs) = app_with_corpus(CONTEXT_CORPUS, true).await;
+    let cases: Vec<(&str, Handler, &str, Value)> = vec![
+        ("list", Handler::Search, SEARCH_PATH, json!({"query": QUERY, "limit": 5})),
+        (
+            "list_provenance",
+            Handler::Search,
+            SEARCH_PATH,
+            json!({"query": QUERY, "limit": 3, "include_provenance": true}),
+        ),
+        (
+            "context_flat",
+            Handler::Search,
+            SEARCH_PATH,
+            json!({"query": QUERY, "mode": "context", "limit": 4, "level": 1, "context_type": "memory", "include_provenance": true}),
+        ),
+        (
+            "context_bucketed",
+            Handler::Search,
+            SEARCH_PATH,
+            json!({"query": QUERY, "mode": "context", "purpose": "chat", "quotas": {"events": 2, "resources": 2},
+                   "detail": {"resources": "abstract"}, "exclude_uris": ["viking://resources/notes"],
+                   "other_peer_penalty": 0.5, "max_tokens": 500, "limit": 3}),
+        ),
+        (
+            "context_pinned_detail",
+            Handler::Search,
+            SEARCH_PATH,
+            json!({"query": QUERY, "mode": "context", "detail": "overview", "peer_scope": "actor", "max_tokens": 300}),
+        ),
+        (
+            "context_dedup_first",
+            Handler::Search,
+            SEARCH_PATH,
+            json!({"query": QUERY, "mode": "context", "session_id": "pin-dedup", "dedup_turns": 3}),
+        ),
+        (
+            "context_dedup_second",
+            Handler::Search,
+            SEARCH_PATH,
+            json!({"query": QUERY, "mode": "context", "session_id": "pin-dedup", "dedup_turns": 3}),
+        ),
+        ("bootstrap_mode", Handler::Search, SEARCH_PATH, json!({"mode": "bootstrap", "max_tokens": 900})),
+        ("recall", Handler::Recall, RECALL_PATH, json!({"query": QUERY, "session_id": "pin-recall"})),
+        (
+            "recall_aliases",
+            Handler::Recall,
+            RECALL_PATH,
+            json!({"query": QUERY, "max_chars": 2000, "min_score": 0.2, "render": "compact", "quotas": {"events": 2}}),
+        ),
+        ("recall_no_render", Handler::Recall, RECALL_PATH, json!({"query": QUERY, "render": false})),
+        ("bootstrap_route", Handler::Bootstrap, BOOTSTRAP_PATH, json!({"session_id": "pin-boot"})),
+    ];
+    for (name, handler, path, body) in cases {
+        let reply = call(&app, handler, "POST", path, &[], Some(&body)).await;
+        assert_eq!(reply.status, 200, "{name}: {}", reply.text);
+        compare_wire(name, &reply.text);
+    }
+
+    // The LLM stages over the scripted model: list mode's query plan,
+    // context mode's usage, then the stages' errors.
+    let server = ModelServer::start().await;
+    let model = skald::config::ModelConfig::Openai {
+        base_url: server.base_url(),
+        model: "stub".into(),
+        api_key_env: "SKALD_TEST_UNSET_KEY".into(),
+        api_key_secret: None,
+        api_key: None,
+    };
+    let (app, _dirs) = app_with_config(CONTEXT_CORPUS, |config| config.llm = Some(model)).await;
+    let path = format!("{SESSIONS_PATH}/pin-llm/messages");
+    let appended = sessions_post(&app, &path, &json!({"role": "user", "content": "the seaside dinner"})).await;
+    assert_eq!(appended.status, 200, "{}", appended.text);
+    let list = json!({"query": QUERY, "session_id": "pin-llm", "limit": 3, "include_provenance": true});
+    let context = json!({"query": QUERY, "mode": "context", "session_id": "pin-llm", "rewrite": true, "limit": 4});
+    for (name, body) in [("list_expanded", &list), ("context_stages", &context)] {
+        let reply = call(&app, Handler::Search, "POST", SEARCH_PATH, &[], Some(body)).await;
+        assert_eq!(reply.status, 200, "{name}: {}", reply.text);
+        compare_wire(name, &reply.text.replace(&server.addr().to_string(), "MODEL"));
+    }
+    server.set_default(ModelReply::Status(500));
+    let reply = call(&app, Handler::Search, "POST", SEARCH_PATH, &[], Some(&context)).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    compare_wire("context_stages_failed", &reply.text.replace(&server.addr().to_string(), "MODEL"));
+}
