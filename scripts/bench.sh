@@ -2,22 +2,22 @@
 # Measures Skald's index and the `find` function and prints the figures that
 # BENCHMARKS.md records:
 #
-#   index  — the `bench` binary (tests/src/bin/bench.rs): commit, cold load,
+#   index  — the `bench` binary (bench/src/bin/bench.rs): commit, cold load,
 #            search, at 10,000 and 100,000 records of dimension 512
 #   size   — release size of `find` (cargo, and cargo-lambda when installed)
 #   serve  — peak RSS and request latency of `find` under `cargo lambda watch`
 #            after ingesting the demo corpus
-#   context — the `bench_context` binary (tests/src/bin/bench_context.rs):
+#   context — the `bench_context` binary (bench/src/bin/bench_context.rs):
 #            `search` in context mode over the demo corpus (local store, the
 #            S3 client with and without per-call latency, moto), and the
 #            planner on 1,000 candidates
-#   sessions — the `bench_sessions` binary (tests/src/bin/bench_sessions.rs):
+#   sessions — the `bench_sessions` binary (bench/src/bin/bench_sessions.rs):
 #            what the dedup ledger adds to a context call, message append
 #            latency, and concurrent appends on one session (local store,
 #            moto, moto with per-call latency)
 #   agent  — the agent surface, `content` and `mcp`: release sizes next to
 #            `find` and `search-context`, the dependency count rmcp adds,
-#            and the `bench_agent` binary (tests/src/bin/bench_agent.rs):
+#            and the `bench_agent` binary (bench/src/bin/bench_agent.rs):
 #            init of `content`, `mcp` and `find` (spawn → first runtime-API
 #            poll, against a fake Lambda Runtime API on loopback) with peak
 #            RSS and the first invocation, then a warm MCP `search` call in
@@ -62,8 +62,8 @@ echo "rustc:    $(rustc --version)"
 echo "commit:   $(git rev-parse --short HEAD) ($(git status --short | wc -l) paths modified or untracked)"
 
 if want index; then
-  say "index: cargo build --release -p skald-tests --bin bench"
-  cargo build --quiet --release -p skald-tests --bin bench
+  say "index: cargo build --release -p skald-bench --bin bench"
+  cargo build --quiet --release -p skald-bench --bin bench
   extra=()
   [ -n "${BENCH_S3:-}" ] && extra=(--s3)
   for n in $records; do
@@ -77,8 +77,8 @@ if want context; then
     echo "the USE-m3 model is missing: run scripts/setup-model.sh (or set BENCH_HASHED=1)" >&2
     exit 1
   fi
-  say "context: cargo build --release -p skald-tests --bin bench_context"
-  cargo build --quiet --release -p skald-tests --bin bench_context
+  say "context: cargo build --release -p skald-bench --bin bench_context"
+  cargo build --quiet --release -p skald-bench --bin bench_context
   flags=(--rounds "${BENCH_ROUNDS:-5}" --latency-ms "${BENCH_LATENCY_MS:-20}" --plan-runs "${BENCH_PLAN_RUNS:-300}")
   [ -n "${BENCH_HASHED:-}" ] && flags+=(--hashed)
   [ -n "${BENCH_NO_MOTO:-}" ] && flags+=(--no-moto)
@@ -98,8 +98,8 @@ if want sessions; then
     exit 1
   fi
   [ -n "${BENCH_NO_MOTO:-}" ] && flags+=(--no-moto)
-  say "sessions: cargo build --release -p skald-tests --bin bench_sessions"
-  cargo build --quiet --release -p skald-tests --bin bench_sessions
+  say "sessions: cargo build --release -p skald-bench --bin bench_sessions"
+  cargo build --quiet --release -p skald-bench --bin bench_sessions
   say "sessions: target/release/bench_sessions ${flags[*]}"
   target/release/bench_sessions "${flags[@]}"
 fi
@@ -147,8 +147,8 @@ if want agent; then
     <(cargo tree -p search-context -e normal --prefix none 2>/dev/null | sed 's/ (\*)$//' | sort -u) | sed 's/^/    /'
   flags=(--spawns "${BENCH_SPAWNS:-100}" --calls "${BENCH_CALLS:-500}")
   [ -n "${BENCH_HASHED:-}" ] && flags+=(--hashed)
-  say "agent: cargo build --release -p skald-tests --bin bench_agent"
-  cargo build --quiet --release -p skald-tests --bin bench_agent
+  say "agent: cargo build --release -p skald-bench --bin bench_agent"
+  cargo build --quiet --release -p skald-bench --bin bench_agent
   say "agent: target/release/bench_agent ${flags[*]}"
   target/release/bench_agent "${flags[@]}"
 fi

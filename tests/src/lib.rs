@@ -6,19 +6,19 @@
 //! - [`fixture`]: apps over temporary stores, corpora, and calls through
 //!   `lambda_http` types.
 //! - [`model_server`]: a scriptable OpenAI-compatible and Bedrock Converse
-//!   server on a local port, for the LLM clients (binary `model_stub` serves
-//!   its echo answers standalone).
+//!   server on a local port, for the LLM clients.
 //! - [`counting`]: a [`skald::store::Store`] wrapper that records every
 //!   call, so tests can assert how many store round trips a route makes.
 //! - [`faults`]: a [`skald::store::Store`] wrapper that injects S3's faults
 //!   (writes that land but report a timeout or 412, throttling, truncated
 //!   or foreign bodies, lagging listings), scripted or at random.
 //! - [`xml`]: a rendered block parsed back with a real XML parser.
-//! - [`bench_util`]: what the bench binaries (`src/bin/bench*.rs`) share:
-//!   statistics and tables, flags, the demo app over a temporary store, the
-//!   latency proxy and an in-process S3-protocol server.
+//!
+//! The one binary, `local_gateway` (`src/bin/local_gateway.rs`), serves
+//! every route on one loopback port for `scripts/conformance.sh`. The
+//! benches, and `model_stub` (the [`model_server`] serving its echo answers
+//! standalone), are in the `skald-bench` crate (`bench/`).
 
-pub mod bench_util;
 pub mod counting;
 pub mod faults;
 pub mod fixture;

@@ -28,10 +28,35 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use skald::app::App;
 use skald::config::Config;
-use skald_tests::bench_util::{Flags, fail};
 use tokio::net::TcpListener;
 
-const USAGE: &str = "local_gateway [--port N]";
+const USAGE: &str = "usage: local_gateway [--port N]   (0, the default: any free port)";
+
+/// Prints `local_gateway: {what}: {e}` on stderr and exits with status 1.
+fn fail(what: &str, e: impl std::fmt::Display) -> ! {
+    eprintln!("local_gateway: {what}: {e}");
+    std::process::exit(1)
+}
+
+/// The port of `--port N` (or `--port=N`); 0 when absent.
+fn port_arg(mut args: impl Iterator<Item = String>) -> Result<u16, String> {
+    let mut port = 0;
+    while let Some(arg) = args.next() {
+        let value = match arg.as_str() {
+            "--port" => args.next().ok_or_else(|| format!("--port needs a value; {USAGE}"))?,
+            "-h" | "--help" => {
+                eprintln!("{USAGE}");
+                std::process::exit(0)
+            }
+            other => match other.strip_prefix("--port=") {
+                Some(value) => value.to_owned(),
+                None => return Err(format!("unknown argument {other}; {USAGE}")),
+            },
+        };
+        port = value.parse().map_err(|e| format!("--port {value}: {e}"))?;
+    }
+    Ok(port)
+}
 
 /// `(path pattern, function)` pairs of the watch router.
 type Router = Vec<(String, String)>;
@@ -120,18 +145,10 @@ async fn handle(
 #[tokio::main]
 async fn main() {
     skald_lambda::init_tracing();
-    let mut flags = Flags::from_env(USAGE);
-    let mut port = 0;
-    while let Some(flag) = flags.next() {
-        match flag.as_str() {
-            "--port" => port = flags.number("--port").unwrap_or_else(|e| fail("--port", e)),
-            other => fail("arguments", flags.unknown(other)),
-        }
-    }
+    let port = port_arg(std::env::args().skip(1)).unwrap_or_else(|e| fail("arguments", e));
     let config = Config::from_env().unwrap_or_else(|e| fail("configuration", e));
     let app = Arc::new(App::new(config).await.unwrap_or_else(|e| fail("init", e)));
     let router = Arc::new(router());
-    let port = u16::try_from(port).unwrap_or_else(|e| fail("--port", e));
     let listener =
         TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port))).await.unwrap_or_else(|e| fail("bind", e));
     let addr = listener.local_addr().unwrap_or_else(|e| fail("bind", e));

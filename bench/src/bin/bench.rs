@@ -2,7 +2,7 @@
 //! store, then measures cold index loads and exact search.
 //!
 //! ```text
-//! cargo run --release -p skald-tests --bin bench -- --records 100000 [--s3 | --s3-only]
+//! cargo run --release -p skald-bench --bin bench -- --records 100000 [--s3 | --s3-only]
 //!     [--repeat 5] [--queries 200] [--segment 5000] [--dim 512] [--seed 1]
 //! ```
 //!
@@ -25,7 +25,7 @@ use skald::index::record::{LEVEL_FILE, classify};
 use skald::index::{self, EmbedderInfo, Filter, IndexSnapshot, Record, SearchParams, Segment, manifest_key};
 use skald::store::SharedStore;
 use skald::uri::VikingUri;
-use skald_tests::bench_util::{Flags, Rng, Summary, TempStore, block_on, fail, ms, now, proc_status};
+use skald_bench::{Flags, Rng, Summary, TempStore, block_on, fail, ms, now, proc_status};
 
 const USER: &str = "bench";
 const ACCOUNT: &str = "bench";

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! scripts/setup-model.sh        # once (the USE-m3 model), unless --hashed
-//! cargo run --release -p skald-tests --bin bench_context -- [--rounds 5] [--latency-ms 20]
+//! cargo run --release -p skald-bench --bin bench_context -- [--rounds 5] [--latency-ms 20]
 //!     [--hashed] [--no-moto] [--plan-runs 300] [--seed 1]
 //! ```
 //!
@@ -31,7 +31,7 @@
 //!    direct, then through the proxy.
 //! 4. The planner (`skald::assemble::plan::plan`) on synthetic candidates.
 //!
-//! The proxy and the in-process S3 server are `skald_tests::bench_util`'s
+//! The proxy and the in-process S3 server are `skald_bench`'s
 //! (`start_proxy`, `start_s3_over`). Every request of the warm-up pass is
 //! checked: `stats.bytes_read` must equal the sizes of the objects behind
 //! the entries returned at `overview` or `full` (so nothing was read for a
@@ -60,7 +60,7 @@ use skald::index::{Category, Exclusion};
 use skald::ingest::OVERVIEW_SIDECAR;
 use skald::store::SharedStore;
 use skald::uri::{VikingUri, tree_key};
-use skald_tests::bench_util::{
+use skald_bench::{
     Call, CallLog, Flags, Rng, Summary, Table, TempStore, account, block_on, dev_app, embedder, fail, identity,
     ingest_demo, load_average, median, median_range, moto_demo, ms, now, percentile, retrieval_queries, s3_at, search,
     start_proxy, start_s3_over,

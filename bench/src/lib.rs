@@ -1,5 +1,12 @@
-//! Tooling shared by the bench binaries (`tests/src/bin/bench*.rs`), so that
-//! each piece exists once:
+//! Skald's benchmarks: the bench binaries (`src/bin/bench*.rs`, run by
+//! `scripts/bench.sh` and quoted in `BENCHMARKS.md`), the tooling they share
+//! (this library, so that each piece exists once), and `model_stub`
+//! (`src/bin/model_stub.rs`), the stand-in model server for local runs of the
+//! LLM stages.
+//!
+//! Fixtures the tests also use (the account and route constants, the moto
+//! S3 server, the scriptable model server) stay in `skald-tests`, which this
+//! crate depends on; nothing in `tests/` depends on this crate.
 //!
 //! - Running: [`fail`] (abort with the bench's name), [`Flags`] (the command
 //!   line), [`block_on`] (the multi-threaded tokio runtime of `main`),
@@ -15,10 +22,10 @@
 //!   [`retrieval_queries`], and requests through the library handlers:
 //!   [`event`], [`search`], [`sessions_call`].
 //! - S3: [`moto_demo`] (a bucket on the local S3 server of
-//!   [`crate::moto`], with the demo ingested), [`s3_at`], the latency proxy
-//!   [`start_proxy`] with its [`CallLog`], and [`start_s3_over`], an
+//!   [`skald_tests::moto`], with the demo ingested), [`s3_at`], the latency
+//!   proxy [`start_proxy`] with its [`CallLog`], and [`start_s3_over`], an
 //!   in-process S3-protocol server over any store (GET, HEAD, one-page
-//!   LIST, conditional PUT).
+//!   LIST, conditional PUT); both are hyper servers.
 //! - Synthetic data: [`Rng`] (SplitMix64).
 //!
 //! Everything here aborts the bench through [`fail`] on an error: a bench
@@ -26,10 +33,9 @@
 
 use std::fmt::Display;
 use std::future::Future;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lambda_http::Body;
@@ -41,13 +47,16 @@ use skald::embed::hashed::HashedEmbedder;
 use skald::embed::use_m3::UseM3Embedder;
 use skald::identity::{AccountId, Identity, UserId};
 use skald::ingest::{IngestOptions, ingest_dir};
+use skald::store::SharedStore;
 use skald::store::local::LocalStore;
-use skald::store::{PutMode, SharedStore, StoreError};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use skald_tests::fixture::ACCOUNT;
+use skald_tests::moto;
 
-use crate::fixture::ACCOUNT;
-use crate::moto;
+mod proxy;
+mod s3_server;
+
+pub use proxy::{Call, CallLog, start_proxy};
+pub use s3_server::start_s3_over;
 
 /// The user every bench request is made as (the dev-mode default).
 pub const USER: &str = "default";
@@ -280,7 +289,7 @@ pub fn fmt_ms(ms: f64) -> String {
 /// columns separated by one space:
 ///
 /// ```
-/// # use skald_tests::bench_util::Table;
+/// # use skald_bench::Table;
 /// let table = Table::new("<5 >4 | >3");
 /// assert_eq!(table.header(&["name", "p50", "n"]), "  name   p50 |   n");
 /// assert_eq!(table.line(&[&"a", &1.5, &12]), "  a      1.5 |  12");
@@ -501,7 +510,7 @@ pub fn parse_body(text: &str) -> Value {
 /// the clock starts, the response parsed after it stops). Anything but
 /// status 200 aborts the bench.
 pub async fn search(app: &App, body: &Value) -> (Duration, Value) {
-    let request = skald_lambda::to_library_request(event("POST", crate::fixture::SEARCH_PATH, Some(body)));
+    let request = skald_lambda::to_library_request(event("POST", skald_tests::fixture::SEARCH_PATH, Some(body)));
     let started = Instant::now();
     let response = Box::pin(skald::api::search::handle(app, request)).await;
     let time = started.elapsed();
@@ -559,345 +568,6 @@ pub async fn moto_demo(bucket: &str, embedder: &dyn Embedder) -> MotoDemo {
 #[must_use]
 pub fn s3_at(address: SocketAddr, bucket: &str) -> SharedStore {
     Arc::new(moto::store_at(&format!("http://{address}"), bucket))
-}
-
-/// One HTTP request the proxy forwarded.
-#[derive(Debug, Clone)]
-pub struct Call {
-    /// When its head arrived at the proxy.
-    pub at: Instant,
-    /// The HTTP method.
-    pub method: String,
-    /// The request target without its query string, percent-decoded
-    /// (path style: `/{bucket}/{key}`).
-    pub path: String,
-}
-
-/// What a [`start_proxy`] forwarded, in arrival order.
-#[derive(Debug, Default)]
-pub struct CallLog {
-    calls: Mutex<Vec<Call>>,
-    /// Requests with a chunked body: after one, the rest of that connection
-    /// is passed through unlogged and undelayed.
-    chunked: AtomicUsize,
-}
-
-impl CallLog {
-    /// The calls logged since the last `take`, emptying the log.
-    pub fn take(&self) -> Vec<Call> {
-        std::mem::take(&mut *self.calls.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-
-    fn push(&self, call: Call) {
-        self.calls.lock().unwrap_or_else(PoisonError::into_inner).push(call);
-    }
-
-    /// How many requests had a chunked body (calls after one on the same
-    /// connection were not logged).
-    pub fn chunked(&self) -> usize {
-        self.chunked.load(Ordering::Relaxed)
-    }
-}
-
-/// Starts a loopback TCP proxy to `upstream` that waits `latency` (if any)
-/// before forwarding each HTTP/1.1 request (head and `content-length` body)
-/// and logs it in `log`; responses flow back unchanged. One store call is
-/// one request, so every call pays one simulated round trip. A chunked
-/// request body is passed through without further parsing (see
-/// [`CallLog::chunked`]).
-///
-/// It stands in for a latency-injecting `Store` wrapper and sees what the
-/// S3 client really sends.
-pub async fn start_proxy(upstream: SocketAddr, latency: Duration, log: Arc<CallLog>) -> SocketAddr {
-    let listener =
-        tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap_or_else(|e| fail("proxy bind", e));
-    let address = listener.local_addr().unwrap_or_else(|e| fail("proxy address", e));
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let log = Arc::clone(&log);
-            tokio::spawn(async move {
-                let Ok(server) = tokio::net::TcpStream::connect(upstream).await else { return };
-                let _ = (client.set_nodelay(true), server.set_nodelay(true));
-                let (mut client_read, mut client_write) = client.into_split();
-                let (mut server_read, mut server_write) = server.into_split();
-                let back = tokio::spawn(async move { tokio::io::copy(&mut server_read, &mut client_write).await });
-                let _ = forward_requests(&mut client_read, &mut server_write, latency, &log).await;
-                let _ = server_write.shutdown().await;
-                let _ = back.await;
-            });
-        }
-    });
-    address
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
-            (b'%', Some(hi), Some(lo)) => {
-                out.push((hi * 16 + lo) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// An HTTP/1.1 request head read off a connection.
-struct RequestHead {
-    method: String,
-    /// The target without its query string, percent-decoded.
-    path: String,
-    /// The query string (after `?`), as sent.
-    query: String,
-    /// `if-match`, as sent.
-    if_match: Option<String>,
-    /// `if-none-match`, as sent.
-    if_none_match: Option<String>,
-    /// Bytes of the head in the buffer.
-    len: usize,
-    /// `content-length` (0 when absent).
-    body_len: usize,
-    /// `transfer-encoding: chunked`.
-    chunked: bool,
-}
-
-/// Reads from `from` into `buf` until `buf` starts with a whole request
-/// head, and parses it; `None` at end of stream.
-async fn read_head(
-    from: &mut OwnedReadHalf,
-    buf: &mut Vec<u8>,
-    chunk: &mut [u8],
-) -> std::io::Result<Option<RequestHead>> {
-    let len = loop {
-        if let Some(i) = find(buf, b"\r\n\r\n") {
-            break i + 4;
-        }
-        let n = from.read(chunk).await?;
-        if n == 0 {
-            return Ok(None);
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..len]).into_owned();
-    let mut lines = head.split("\r\n");
-    let mut request_line = lines.next().unwrap_or_default().split(' ');
-    let method = request_line.next().unwrap_or_default().to_owned();
-    let target = request_line.next().unwrap_or_default();
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let (path, query) = (percent_decode(path), query.to_owned());
-    let (mut body_len, mut chunked, mut if_match, mut if_none_match) = (0usize, false, None, None);
-    for line in lines {
-        if let Some((name, value)) = line.split_once(':') {
-            if name.eq_ignore_ascii_case("content-length") {
-                body_len = value.trim().parse().unwrap_or(0);
-            } else if name.eq_ignore_ascii_case("transfer-encoding") {
-                chunked = value.to_ascii_lowercase().contains("chunked");
-            } else if name.eq_ignore_ascii_case("if-match") {
-                if_match = Some(value.trim().to_owned());
-            } else if name.eq_ignore_ascii_case("if-none-match") {
-                if_none_match = Some(value.trim().to_owned());
-            }
-        }
-    }
-    Ok(Some(RequestHead { method, path, query, if_match, if_none_match, len, body_len, chunked }))
-}
-
-async fn forward_requests(
-    from: &mut OwnedReadHalf,
-    to: &mut OwnedWriteHalf,
-    latency: Duration,
-    log: &CallLog,
-) -> std::io::Result<()> {
-    let mut buf: Vec<u8> = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
-    loop {
-        let Some(head) = read_head(from, &mut buf, &mut chunk).await? else {
-            return to.write_all(&buf).await;
-        };
-        log.push(Call { at: Instant::now(), method: head.method, path: head.path });
-        if !latency.is_zero() {
-            tokio::time::sleep(latency).await;
-        }
-        if head.chunked {
-            log.chunked.fetch_add(1, Ordering::Relaxed);
-            to.write_all(&buf).await?;
-            tokio::io::copy(from, to).await?;
-            return Ok(());
-        }
-        let take = (head.len + head.body_len).min(buf.len());
-        to.write_all(&buf[..take]).await?;
-        let mut left = head.len + head.body_len - take;
-        buf.drain(..take);
-        while left > 0 {
-            let n = from.read(&mut chunk[..left.min(64 * 1024)]).await?;
-            if n == 0 {
-                return Ok(());
-            }
-            to.write_all(&chunk[..n]).await?;
-            left -= n;
-        }
-    }
-}
-
-/// Serves objects of `store` (path style, `/{bucket}/{STORE_PREFIX}/{key}`,
-/// see [`moto::STORE_PREFIX`]) on a loopback port, with keep-alive: enough
-/// of S3 for the `S3Store` calls the benches make, so that the S3 client can
-/// run over a local store without moto. `GET` and `HEAD` of an object;
-/// `GET /{bucket}?list-type=2&prefix=…` (ListObjectsV2, everything in one
-/// page); `PUT` with a `content-length` body, conditional on
-/// `If-None-Match: *` or `If-Match` (412 when the store reports a
-/// conflict). Other requests get 501.
-pub async fn start_s3_over(store: SharedStore, bucket: &str) -> SocketAddr {
-    let listener =
-        tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap_or_else(|e| fail("s3 server bind", e));
-    let address = listener.local_addr().unwrap_or_else(|e| fail("s3 server address", e));
-    let bucket = bucket.to_owned();
-    tokio::spawn(async move {
-        while let Ok((socket, _)) = listener.accept().await {
-            let (store, bucket) = (Arc::clone(&store), bucket.clone());
-            tokio::spawn(async move {
-                let _ = socket.set_nodelay(true);
-                let (mut reader, mut writer) = socket.into_split();
-                let _ = serve_s3(&mut reader, &mut writer, &store, &bucket).await;
-            });
-        }
-    });
-    address
-}
-
-/// `text` with `&`, `<` and `>` escaped for XML element content.
-fn xml_escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
-}
-
-/// A response with an S3 XML error body.
-fn s3_error(status: &str, code: &str, key: &str) -> Vec<u8> {
-    let body = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Key>{}</Key></Error>",
-        xml_escape(key)
-    );
-    format!("HTTP/1.1 {status}\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\r\n{body}", body.len())
-        .into_bytes()
-}
-
-/// ListObjectsV2 of `prefix` (a full key prefix, under [`moto::STORE_PREFIX`])
-/// over `store`, in one page.
-async fn list_response(store: &SharedStore, bucket: &str, prefix: &str) -> Vec<u8> {
-    let root = format!("{}/", moto::STORE_PREFIX);
-    let objects = match prefix.strip_prefix(&root) {
-        Some(p) => match store.list(p).await {
-            Ok(objects) => objects,
-            Err(_) => return s3_error("500 Internal Server Error", "InternalError", prefix),
-        },
-        None => Vec::new(),
-    };
-    let mut body = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
-         <Name>{}</Name><Prefix>{}</Prefix><KeyCount>{}</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated>",
-        xml_escape(bucket),
-        xml_escape(prefix),
-        objects.len()
-    );
-    for o in &objects {
-        body.push_str(&format!(
-            "<Contents><Key>{}{}</Key><ETag>\"{}\"</ETag><Size>{}</Size><StorageClass>STANDARD</StorageClass></Contents>",
-            root,
-            xml_escape(&o.key),
-            xml_escape(&o.etag),
-            o.size
-        ));
-    }
-    body.push_str("</ListBucketResult>");
-    let mut out = format!("HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\r\n", body.len())
-        .into_bytes();
-    out.extend_from_slice(body.as_bytes());
-    out
-}
-
-async fn serve_s3(
-    from: &mut OwnedReadHalf,
-    to: &mut OwnedWriteHalf,
-    store: &SharedStore,
-    bucket: &str,
-) -> std::io::Result<()> {
-    const NOT_IMPLEMENTED: &[u8] = b"HTTP/1.1 501 Not Implemented\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-    let prefix = format!("/{bucket}/{}/", moto::STORE_PREFIX);
-    let mut buf: Vec<u8> = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
-    while let Some(head) = read_head(from, &mut buf, &mut chunk).await? {
-        let end = head.len + head.body_len;
-        while buf.len() < end {
-            let n = from.read(&mut chunk).await?;
-            if n == 0 {
-                return Ok(());
-            }
-            buf.extend_from_slice(&chunk[..n]);
-        }
-        let body: Vec<u8> = buf.drain(..end).skip(head.len).collect();
-        let key = head.path.strip_prefix(&prefix).unwrap_or_default().to_owned();
-        let meta_head = |status: &str, etag: &str, size: u64| {
-            format!(
-                "HTTP/1.1 {status}\r\nContent-Length: {size}\r\nETag: \"{etag}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
-            )
-        };
-        let is_list = head.method == "GET"
-            && head.path.trim_end_matches('/') == format!("/{bucket}")
-            && head.query.split('&').any(|p| p == "list-type=2");
-        let response: Vec<u8> = match head.method.as_str() {
-            _ if head.chunked => NOT_IMPLEMENTED.to_vec(),
-            "GET" if is_list => {
-                let list_prefix = head
-                    .query
-                    .split('&')
-                    .find_map(|p| p.strip_prefix("prefix="))
-                    .map(|p| percent_decode(&p.replace('+', " ")))
-                    .unwrap_or_default();
-                list_response(store, bucket, &list_prefix).await
-            }
-            _ if key.is_empty() => NOT_IMPLEMENTED.to_vec(),
-            "GET" => match store.get(&key).await {
-                Ok(object) => {
-                    let mut out = meta_head("200 OK", &object.meta.etag, object.meta.size).into_bytes();
-                    out.extend_from_slice(&object.body);
-                    out
-                }
-                Err(_) => s3_error("404 Not Found", "NoSuchKey", &key),
-            },
-            "HEAD" => match store.head(&key).await {
-                Ok(meta) => meta_head("200 OK", &meta.etag, meta.size).into_bytes(),
-                Err(_) => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_vec(),
-            },
-            "PUT" => {
-                let mode = match (&head.if_none_match, &head.if_match) {
-                    (Some(any), _) if any == "*" => PutMode::CreateNew,
-                    (_, Some(etag)) => PutMode::IfMatch(etag.trim_matches('"').to_owned()),
-                    _ => PutMode::Overwrite,
-                };
-                match store.put(&key, body.into(), mode).await {
-                    Ok(meta) => {
-                        format!("HTTP/1.1 200 OK\r\nContent-Length: 0\r\nETag: \"{}\"\r\n\r\n", meta.etag).into_bytes()
-                    }
-                    Err(StoreError::Conflict(_)) => s3_error("412 Precondition Failed", "PreconditionFailed", &key),
-                    Err(_) => s3_error("500 Internal Server Error", "InternalError", &key),
-                }
-            }
-            _ => NOT_IMPLEMENTED.to_vec(),
-        };
-        to.write_all(&response).await?;
-    }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------

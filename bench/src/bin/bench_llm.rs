@@ -4,9 +4,9 @@
 //!
 //! ```text
 //! scripts/setup-model.sh        # once (the USE-m3 model), unless --embedder hashed
-//! cargo run --release -p skald-tests --bin bench_llm -- [--rounds 200] [--warmup 20]
+//! cargo run --release -p skald-bench --bin bench_llm -- [--rounds 200] [--warmup 20]
 //!     [--embedder use-m3|hashed]
-//! cargo run --release -p skald-tests --bin bench_llm -- --s3 [--latency-ms 20] [--no-moto]
+//! cargo run --release -p skald-bench --bin bench_llm -- --s3 [--latency-ms 20] [--no-moto]
 //!     [--rounds 100] [--warmup 5] [--embedder use-m3|hashed]
 //! ```
 //!
@@ -92,7 +92,7 @@ use skald::llm::{ChatModel, ChatRequest, Completion, LlmError, Models, Usage};
 use skald::sessions::{SessionId, Sessions};
 use skald::store::{PutMode, SharedStore};
 use skald::uri::tree_key;
-use skald_tests::bench_util::{
+use skald_bench::{
     Call, CallLog, Flags, Table, TempStore, block_on, dev_config, diff_ms, embedder, fail, identity, ingest_demo,
     load_average, median, moto_demo, now, paired_ms, percentile, s3_at, search, sessions_call, sorted, start_proxy,
     start_s3_over,
@@ -1217,9 +1217,6 @@ async fn s3_setting(
         (args.rounds + args.warmup) * variants.len()
     );
     report_s3(&variants, &samples, baseline, latency, &reads);
-    if log.chunked() > 0 {
-        println!("  ! {} chunked requests passed the proxy (calls after them were not logged)", log.chunked());
-    }
     samples.iter().map(|s| p50(&s.times)).collect()
 }
 

@@ -3,7 +3,7 @@
 //! ```text
 //! scripts/setup-model.sh        # once (the USE-m3 model), unless --hashed
 //! cargo build --release -p content -p mcp -p find
-//! cargo run --release -p skald-tests --bin bench_agent -- [init] [mcp]
+//! cargo run --release -p skald-bench --bin bench_agent -- [init] [mcp]
 //!     [--spawns 100] [--spawn-warmup 3] [--bin-dir target/release] [--config PATH]
 //!     [--calls 500] [--call-warmup 20] [--max-tokens 1600] [--hashed]
 //! ```
@@ -21,7 +21,7 @@
 //!    `AWS_REGION`, `TZ`, `LANG`, `PATH`) and `SKALD_CONFIG`: `--config`,
 //!    else a temporary config over a temporary local store with the demo
 //!    (`samplconfigs/demo`) ingested, dev identity, the USE-m3 model of
-//!    `skald_tests::bench_util::use_m3_dir` (`--hashed`: the hashed
+//!    `skald_bench::use_m3_dir` (`--hashed`: the hashed
 //!    embedder). Measured per spawn:
 //!    - **init**: from just before `spawn` to the moment the first
 //!      `GET /2018-06-01/runtime/invocation/next` head has been read;
@@ -49,7 +49,7 @@
 //!    (`{"mode": "context", "query", "max_tokens"}`: what the tool sends),
 //!    and `tools/call health` next to `GET /health` (the MCP layer's fixed
 //!    cost without the search). Queries: the 20 of
-//!    `bench_util::retrieval_queries`, in turn. Each call is timed around
+//!    `skald_bench::retrieval_queries`, in turn. Each call is timed around
 //!    the handler only (the request is built before the clock starts); the
 //!    two sides alternate which goes first. Every MCP answer is checked:
 //!    status 200, a JSON-RPC result without `isError`, one text block equal
@@ -67,7 +67,7 @@ use serde_json::{Value, json};
 use skald::app::App;
 use skald::embed::hashed::HashedEmbedder;
 use skald::embed::use_m3::UseM3Embedder;
-use skald_tests::bench_util::{
+use skald_bench::{
     Flags, Summary, Table, TempStore, block_on, dev_app, embedder, event, fail, fmt_ms, ingest_demo, load_average,
     median, ms, paired_ms, parse_body, percentile, repo, retrieval_queries, search, sorted, use_m3_dir,
 };

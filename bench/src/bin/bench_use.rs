@@ -4,8 +4,8 @@
 //!
 //! ```text
 //! scripts/setup-model.sh
-//! cargo run --release -p skald-tests --bin bench_use            # everything
-//! cargo run --release -p skald-tests --bin bench_use -- rss     # open + 100 texts, then peak RSS only
+//! cargo run --release -p skald-bench --bin bench_use            # everything
+//! cargo run --release -p skald-bench --bin bench_use -- rss     # open + 100 texts, then peak RSS only
 //! ```
 //!
 //! The model directory is `SKALD_USE_M3_DIR` or `<repo>/.skald/models/use-m3`.
@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use skald::embed::use_m3::{MODEL_FILE, UseM3Embedder};
-use skald_tests::bench_util::{proc_status, use_m3_dir};
+use skald_bench::{proc_status, use_m3_dir};
 
 const SHORT: &str = "How do I reset my password on the staging cluster?";
 const LONG: &str = "Skald assembles context for agents from their memories, resources and skills. A request names \

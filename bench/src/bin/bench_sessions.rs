@@ -5,7 +5,7 @@
 //! without a simulated per-call round trip.
 //!
 //! ```text
-//! cargo run --release -p skald-tests --bin bench_sessions -- [--hashed] [--rounds 5] [--appends 600]
+//! cargo run --release -p skald-bench --bin bench_sessions -- [--hashed] [--rounds 5] [--appends 600]
 //!     [--slow-appends 100] [--concurrent 32,128] [--latency-ms 20] [--no-moto]
 //! ```
 //!
@@ -17,7 +17,7 @@
 //! compare-and-swap attempts); and `moto+L ms` (through the proxy, which
 //! waits `--latency-ms` before forwarding each request, so every store call
 //! pays one round trip; 0 skips it). The proxy is `bench_context`'s, from
-//! `skald_tests::bench_util`, so calls on the local store are timed, not
+//! `skald_bench`, so calls on the local store are timed, not
 //! counted.
 //!
 //! 1. Ledger: the demo (`samplconfigs/demo`) is ingested (embedder USE-m3,
@@ -61,7 +61,7 @@ use skald::ledger::{LEDGER_VERSION, Ledger, LedgerData, MAX_RECORDS, Served};
 use skald::sessions::{SessionId, SessionMeta, Sessions};
 use skald::store::{PutMode, SharedStore};
 use skald::uri::tree_key;
-use skald_tests::bench_util::{
+use skald_bench::{
     Call, CallLog, Flags, Summary, Table, TempStore, block_on, dev_app, diff_ms, embedder, event, fail, fmt_ms,
     identity, ingest_demo, load_average, median, median_range, moto_demo, ms, paired_ms, parse_body, parse_number,
     percentile, retrieval_queries, s3_at, search, sessions_call, start_proxy,
@@ -905,11 +905,6 @@ async fn run(args: &Args) {
         }
         for &n in &args.concurrent {
             concurrent.push(measure_concurrent(target, n).await);
-        }
-        if let Some(log) = &target.log
-            && log.chunked() > 0
-        {
-            println!("  ! {} chunked requests passed the proxy (calls after them were not counted)", log.chunked());
         }
     }
     report_appends(&appends);

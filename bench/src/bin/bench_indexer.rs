@@ -4,7 +4,7 @@
 //! simulated per-call round trip, over the demo index.
 //!
 //! ```text
-//! cargo run --release -p skald-tests --bin bench_indexer -- [--hashed] [--rounds 40] [--latency-ms 20] [--no-moto]
+//! cargo run --release -p skald-bench --bin bench_indexer -- [--hashed] [--rounds 40] [--latency-ms 20] [--no-moto]
 //! ```
 //!
 //! Each round writes a new memory file (untimed), then times
@@ -29,7 +29,7 @@ use bytes::Bytes;
 use skald::app::App;
 use skald::indexer::{Change, IndexerReport, apply};
 use skald::store::{PutMode, SharedStore};
-use skald_tests::bench_util::{
+use skald_bench::{
     CallLog, Flags, Summary, Table, TempStore, block_on, dev_app, embedder, fail, ingest_demo, load_average, moto_demo,
     ms, s3_at, start_proxy,
 };
@@ -210,7 +210,7 @@ async fn run(args: &Args) {
 /// Commits `segments` one-file segments (after a compaction, so the
 /// manifest then lists about that many), then times cold loads.
 async fn cold_load(target: &Target, segments: usize) {
-    let account = skald_tests::bench_util::account();
+    let account = skald_bench::account();
     let info = target.app.embedder_info();
     skald::index::compact(&target.plain, &account, &info).await.unwrap_or_else(|e| fail("compact", e));
     for i in 0..segments {
