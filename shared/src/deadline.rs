@@ -1,4 +1,4 @@
-//! The request deadline (CONTRACT §9): one effective instant per request,
+//! The request deadline: one effective instant per request,
 //! the earliest of the Lambda invocation deadline, the API Gateway
 //! integration limit counted from the invocation start, and the client's own
 //! limit (`X-Client-Timeout-Ms`). Pure arithmetic over instants the caller

@@ -1,4 +1,4 @@
-//! Who a request acts as (CONTRACT §3): account, user and optional actor
+//! Who a request acts as: account, user and optional actor
 //! peer, each a validated name, and what that identity may see.
 
 use std::fmt;

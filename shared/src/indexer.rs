@@ -1,6 +1,6 @@
 //! The `indexer` function's work: keeps an account's vector index in step
 //! with its content tree after objects change in the store (S3 event
-//! notifications in production, CONTRACT §1).
+//! notifications in production).
 //!
 //! It is state-based, not event-based: for every node a change names, it
 //! reads what the store holds now and indexes that — a missing object

@@ -1,4 +1,4 @@
-//! Sessions (CONTRACT §8): messages and a `meta.json` per session in the
+//! Sessions: messages and a `meta.json` per session in the
 //! store, under the owner's tree — the turn clock for dedup and the context
 //! for query expansion. Sessions are never indexed.
 //!

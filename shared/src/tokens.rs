@@ -1,4 +1,4 @@
-//! The CJK-aware token estimator (CONTRACT §10): the one function every budget uses.
+//! The CJK-aware token estimator: the one function every budget uses.
 //!
 //! Per code point: 1.5 tokens for CJK (the ranges below), 2.0 for other code
 //! points above U+FFFF, 0.25 otherwise; the total is rounded up. It counts in

@@ -1,5 +1,5 @@
-//! `viking://` URIs as a validated type, and their one mapping to store keys
-//! (CONTRACT §4): `viking://X` ↔ `accounts/{account}/tree/X`.
+//! `viking://` URIs as a validated type, and their one mapping to store
+//! keys: `viking://X` ↔ `accounts/{account}/tree/X`.
 
 use std::fmt;
 

@@ -1,4 +1,4 @@
-//! One behaviour suite for the vector index (CONTRACT §5): segments and a
+//! One behaviour suite for the vector index: segments and a
 //! manifest swapped by compare-and-swap, exact cosine search with filters,
 //! replacement and tombstones, concurrent writers, compaction, the embedder
 //! guard, the snapshot cache and event time decay.

@@ -1,4 +1,4 @@
-//! One behaviour suite for every store backend (CONTRACT §4): each check is
+//! One behaviour suite for every store backend: each check is
 //! an `async fn` over a store, run once against a [`LocalStore`] in a fresh
 //! temporary directory and once against an [`S3Store`] on a fresh bucket of
 //! a local moto server.

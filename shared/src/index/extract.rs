@@ -2,7 +2,7 @@
 //! `# Summary` section, else its first paragraph), frontmatter tags, and
 //! the byte cut. Pure functions over text.
 
-/// The default abstract size, in bytes (CONTRACT §5).
+/// The default abstract size, in bytes.
 pub const DEFAULT_ABSTRACT_MAX_BYTES: usize = 400;
 
 /// A markdown document split into its optional YAML frontmatter and body.

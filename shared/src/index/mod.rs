@@ -1,4 +1,4 @@
-//! The vector index (CONTRACT §5): immutable segments plus a manifest
+//! The vector index: immutable segments plus a manifest
 //! updated by compare-and-swap, so concurrent writers lose nothing; exact
 //! cosine search over a loaded [`IndexSnapshot`]; and an [`IndexCache`] that
 //! keeps snapshots warm and revalidates the manifest's etag cheaply.

@@ -1,4 +1,4 @@
-//! Index records (CONTRACT §5) and how a URI classifies into a context type
+//! Index records and how a URI classifies into a context type
 //! and a category.
 
 use serde::{Deserialize, Serialize};

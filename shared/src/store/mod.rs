@@ -1,4 +1,4 @@
-//! The object store (CONTRACT §4): one trait, two backends — a local
+//! The object store: one trait, two backends — a local
 //! directory (the embedded default) and S3 — with the same conditional-write
 //! guarantees: create-if-absent and compare-and-swap, whose conflicts come
 //! back as [`StoreError::Conflict`].
