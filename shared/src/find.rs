@@ -1,24 +1,166 @@
 //! `find`: the retrieval primitive — one embedding, one exact vector search,
 //! no LLM, and no content read unless the caller asks (`read_content`).
-//! Result shape as the reference's list mode (CONTRACT §5).
+//! The result ([`FindResult`]) serialises to the reference's list-mode
+//! shape (`FindResult` in `infra/openapi.json`).
 
 use std::sync::Arc;
 
 use futures_util::{StreamExt as _, stream};
-use serde_json::{Value, json};
+use serde::Serialize;
 
-use crate::api::error::ApiError;
 use crate::app::App;
 use crate::content::{Lines, MAX_READ_BYTES, slice_lines};
-use crate::identity::Identity;
+use crate::embed::EmbedError;
+use crate::identity::{Identity, PeerId};
 use crate::index::filter::{FilterExpr, TimeField, TimeRange};
 use crate::index::record::LEVEL_FILE;
-use crate::index::{ContextType, EventDecay, Filter, Hit, IndexSnapshot, Level, SearchParams};
+use crate::index::{
+    ContextType, EmbedderInfo, EventDecay, Filter, Hit, IndexError, IndexSnapshot, Level, SearchParams,
+};
 use crate::store::StoreError;
 use crate::uri::{VikingUri, tree_key};
 
 /// Bodies read at once for `read_content`.
 pub const READ_CONTENT_CONCURRENCY: usize = 10;
+
+/// What retrieval — `find`, context assembly, bootstrap and the search
+/// pipeline over them — can fail with. The HTTP layer maps it to a status
+/// (`api::error`): the first three are 403, a mismatched index is 503 with
+/// this message, the rest are the dependency's own 503.
+#[derive(Debug, thiserror::Error)]
+pub enum RetrievalError {
+    /// A target in another peer's tree while an actor peer is set.
+    #[error("target_uri {uri} belongs to another peer than the acting peer {actor}")]
+    OtherPeer {
+        /// The target, `viking://~/…` resolved.
+        uri: VikingUri,
+        /// The acting peer.
+        actor: PeerId,
+    },
+    /// A target outside what the caller may see.
+    #[error("target_uri {0} is outside the caller's tree")]
+    OutsideTree(VikingUri),
+    /// An `exclude_uris` entry outside what the caller may see.
+    #[error("exclude_uris names a URI outside the caller's tree")]
+    ExcludeOutsideTree,
+    /// The account's index was built by another embedder than the
+    /// configured one.
+    #[error(
+        "index of account {account} was built with embedder {built} but the configured embedder is {configured}; re-ingest to switch"
+    )]
+    EmbedderMismatch {
+        /// The account.
+        account: String,
+        /// The embedder the index records.
+        built: EmbedderInfo,
+        /// The configured embedder.
+        configured: EmbedderInfo,
+    },
+    /// The index could not be loaded.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The embedder failed.
+    #[error(transparent)]
+    Embed(#[from] EmbedError),
+}
+
+/// A find result: hits by context type, best first within each list, as
+/// the reference's list mode (`FindResult` in `infra/openapi.json`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FindResult {
+    /// Memory hits.
+    pub memories: Vec<FindItem>,
+    /// Resource hits.
+    pub resources: Vec<FindItem>,
+    /// Skill hits.
+    pub skills: Vec<FindItem>,
+    /// The hits in all three lists.
+    pub total: usize,
+    /// With `include_provenance`: one entry per query searched (absent
+    /// without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Vec<Provenance>>,
+}
+
+/// One hit, as the reference's list-mode item.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FindItem {
+    /// `memory`, `resource` or `skill`.
+    pub context_type: &'static str,
+    /// The node (a directory's carries its level suffix).
+    pub uri: String,
+    /// 0 (abstract), 1 (overview) or 2 (file).
+    pub level: Level,
+    /// The score (after the event decay, when applied).
+    pub score: f64,
+    /// The record's abstract.
+    #[serde(rename = "abstract")]
+    pub abstract_text: String,
+    /// The record's tags.
+    pub tags: Vec<String>,
+    /// The score before the event decay (only when it applied).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin_score: Option<f64>,
+    /// The decay multiplier (only with `origin_score`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_score: Option<f64>,
+    /// The body (only with `read_content`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+impl FindItem {
+    /// The item of `hit` (no `content`).
+    #[must_use]
+    pub fn from_hit(hit: &Hit<'_>) -> Self {
+        let r = hit.record;
+        let (origin_score, time_score) = match (hit.origin_score, hit.time_score) {
+            (Some(origin), Some(time)) => (Some(origin), Some(time)),
+            _ => (None, None),
+        };
+        Self {
+            context_type: r.context_type.as_str(),
+            uri: r.display_uri(),
+            level: r.level,
+            score: hit.score,
+            abstract_text: r.abstract_text.clone(),
+            tags: r.tags.clone(),
+            origin_score,
+            time_score,
+            content: None,
+        }
+    }
+}
+
+/// One query's search (the reference's `QueryResult` as
+/// `FindResult.to_dict(include_provenance=True)` shows it).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Provenance {
+    /// The query.
+    pub query: String,
+    /// The target URIs it searched under.
+    pub searched_directories: Vec<String>,
+    /// Its own top `limit`, before queries merge.
+    pub matched_contexts: Vec<MatchedContext>,
+}
+
+/// One match of a [`Provenance`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MatchedContext {
+    /// The node.
+    pub uri: String,
+    /// `L0`, `L1` or `L2`.
+    pub tier: String,
+    /// `memory`, `resource` or `skill`.
+    pub context_type: &'static str,
+    /// The query's score.
+    pub score: f64,
+    /// Always empty, as the reference.
+    pub match_reason: &'static str,
+}
 
 /// A validated find request.
 #[derive(Debug, Clone, PartialEq)]
@@ -110,24 +252,23 @@ pub fn default_targets(identity: &Identity, context_type: Option<ContextType>) -
 /// ancestor of them (`viking://` → the user's tree and the shared roots).
 ///
 /// # Errors
-/// 403 naming the target when it is outside the caller's tree, or another
-/// peer's tree while an actor peer is set.
-pub fn authorize_targets(identity: &Identity, targets: &[VikingUri]) -> Result<Vec<VikingUri>, ApiError> {
+/// [`RetrievalError::OutsideTree`] naming the target when it is outside
+/// the caller's tree; [`RetrievalError::OtherPeer`] for another peer's tree
+/// while an actor peer is set.
+pub fn authorize_targets(identity: &Identity, targets: &[VikingUri]) -> Result<Vec<VikingUri>, RetrievalError> {
     let roots = identity.visible_roots();
     let mut out = Vec::new();
     for target in targets {
         let target = &identity.resolve_home(target);
         if let (true, Some(actor)) = (identity.is_other_peer(target), &identity.actor_peer) {
-            return Err(ApiError::PermissionDenied(format!(
-                "target_uri {target} belongs to another peer than the acting peer {actor}"
-            )));
+            return Err(RetrievalError::OtherPeer { uri: target.clone(), actor: actor.clone() });
         }
         if roots.iter().any(|r| target.is_under(r)) {
             out.push(target.clone());
         } else if roots.iter().any(|r| r.is_under(target)) {
             out.extend(roots.iter().filter(|r| r.is_under(target)).cloned());
         } else {
-            return Err(ApiError::PermissionDenied(format!("target_uri {target} is outside the caller's tree")));
+            return Err(RetrievalError::OutsideTree(target.clone()));
         }
     }
     out.sort();
@@ -162,17 +303,16 @@ pub fn build_filter(identity: &Identity, params: &FindParams) -> Filter {
     }
 }
 
-/// Runs a find for `identity`, with "now" given (Unix seconds), and returns
-/// the reference's result object.
+/// Runs a find for `identity`, with "now" given (Unix seconds).
 ///
 /// Cost: one query embedding; one manifest HEAD (plus new segments when
 /// the index changed); one scan; with `read_content`, one read per hit,
 /// [`READ_CONTENT_CONCURRENCY`] at a time.
 ///
 /// # Errors
-/// 503 when the embedder or store fails or the index was built by another
+/// When the embedder or store fails or the index was built by another
 /// embedder.
-pub async fn find(app: &App, identity: &Identity, params: &FindParams, now: i64) -> Result<Value, ApiError> {
+pub async fn find(app: &App, identity: &Identity, params: &FindParams, now: i64) -> Result<FindResult, RetrievalError> {
     find_queries(app, identity, params, &[params.query.as_str()], now).await
 }
 
@@ -181,9 +321,8 @@ pub async fn find(app: &App, identity: &Identity, params: &FindParams, now: i64)
 /// score and cut to `limit`. With one query this is exactly [`find`].
 ///
 /// With `include_provenance` the result adds `provenance`, one entry per
-/// query in order: `{query, searched_directories, matched_contexts}`, each
-/// match `{uri, tier: "L<level>", context_type, score, match_reason: ""}` as
-/// that query alone scored it (before the merge and the cut). The
+/// query in order ([`Provenance`]), each match as that query alone scored
+/// it (before the merge and the cut). The
 /// reference's `thinking_trace` is absent: one flat scan has no trace.
 ///
 /// Cost: one embedding call for all queries, one manifest HEAD, one scan
@@ -197,7 +336,7 @@ pub async fn find_queries(
     params: &FindParams,
     queries: &[&str],
     now: i64,
-) -> Result<Value, ApiError> {
+) -> Result<FindResult, RetrievalError> {
     // The index revalidation (a store round trip) and the query embedding
     // (CPU) overlap.
     let (snapshot, vectors) = tokio::join!(checked_snapshot(app, identity), app.embedder.embed(queries));
@@ -222,10 +361,10 @@ pub async fn find_over(
     snapshot: &IndexSnapshot,
     vectors: &[Vec<f32>],
     now: i64,
-) -> Value {
+) -> FindResult {
     let filter = build_filter(identity, params);
     let mut hits: Vec<Hit<'_>> = Vec::new();
-    let mut provenance: Vec<Value> = Vec::new();
+    let mut provenance: Vec<Provenance> = Vec::new();
     if !snapshot.is_empty() {
         for (query, vector) in queries.iter().zip(vectors) {
             let found = snapshot.search(&SearchParams {
@@ -236,7 +375,7 @@ pub async fn find_over(
                 decay: params.decay_window_s.map(|window_s| EventDecay { now, window_s, field: params.time_field }),
             });
             if params.include_provenance {
-                provenance.push(provenance_json(query, &filter.targets, &found));
+                provenance.push(provenance_of(query, &filter.targets, &found));
             }
             for hit in found {
                 match hits.iter_mut().find(|h| std::ptr::eq(h.record, hit.record)) {
@@ -261,12 +400,11 @@ pub async fn find_over(
     } else {
         Vec::new()
     };
-    let mut buckets: [Vec<Value>; 3] = Default::default();
-    for (i, hit) in hits.iter().enumerate() {
-        let mut item = hit_json(hit);
-        if let Some(content) = contents.get(i) {
-            item["content"] = Value::String(content.clone());
-        }
+    let mut buckets: [Vec<FindItem>; 3] = Default::default();
+    let mut contents = contents.into_iter();
+    for hit in &hits {
+        let mut item = FindItem::from_hit(hit);
+        item.content = contents.next();
         let slot = match hit.record.context_type {
             ContextType::Memory => 0,
             ContextType::Resource => 1,
@@ -274,39 +412,35 @@ pub async fn find_over(
         };
         buckets[slot].push(item);
     }
+    let total = hits.len();
     let [memories, resources, skills] = buckets;
-    let mut result = json!({
-        "memories": memories,
-        "resources": resources,
-        "skills": skills,
-        "total": hits.len(),
-    });
-    if params.include_provenance {
+    let provenance = params.include_provenance.then(|| {
         if snapshot.is_empty() {
-            provenance = queries.iter().map(|q| provenance_json(q, &filter.targets, &[])).collect();
+            queries.iter().map(|q| provenance_of(q, &filter.targets, &[])).collect()
+        } else {
+            provenance
         }
-        result["provenance"] = Value::Array(provenance);
-    }
-    result
+    });
+    FindResult { memories, resources, skills, total, provenance }
 }
 
-/// One query's provenance entry (the reference's `QueryResult` as
-/// `FindResult.to_dict(include_provenance=True)` shows it).
-fn provenance_json(query: &str, targets: &[VikingUri], found: &[Hit<'_>]) -> Value {
-    let matched: Vec<Value> = found
+/// One query's provenance entry.
+fn provenance_of(query: &str, targets: &[VikingUri], found: &[Hit<'_>]) -> Provenance {
+    let matched_contexts = found
         .iter()
-        .map(|hit| {
-            json!({
-                "uri": hit.record.display_uri(),
-                "tier": format!("L{}", hit.record.level),
-                "context_type": hit.record.context_type.as_str(),
-                "score": hit.score,
-                "match_reason": "",
-            })
+        .map(|hit| MatchedContext {
+            uri: hit.record.display_uri(),
+            tier: format!("L{}", hit.record.level),
+            context_type: hit.record.context_type.as_str(),
+            score: hit.score,
+            match_reason: "",
         })
         .collect();
-    let searched: Vec<String> = targets.iter().map(ToString::to_string).collect();
-    json!({"query": query, "searched_directories": searched, "matched_contexts": matched})
+    Provenance {
+        query: query.to_owned(),
+        searched_directories: targets.iter().map(ToString::to_string).collect(),
+        matched_contexts,
+    }
 }
 
 /// The caller's account index, warm when possible, checked to be built by
@@ -315,36 +449,19 @@ fn provenance_json(query: &str, targets: &[VikingUri], found: &[Hit<'_>]) -> Val
 /// Cost: one manifest HEAD (plus new segments when the index changed).
 ///
 /// # Errors
-/// 503 when the store fails or the index was built by another embedder.
-pub async fn checked_snapshot(app: &App, identity: &Identity) -> Result<Arc<IndexSnapshot>, ApiError> {
+/// When the store fails ([`RetrievalError::Index`]) or the index was built
+/// by another embedder ([`RetrievalError::EmbedderMismatch`]).
+pub async fn checked_snapshot(app: &App, identity: &Identity) -> Result<Arc<IndexSnapshot>, RetrievalError> {
     let snapshot = app.index.snapshot(&identity.account).await?;
     let configured = app.embedder_info();
     if let Some(built) = snapshot.embedder().filter(|b| **b != configured) {
-        return Err(ApiError::Unavailable(format!(
-            "index of account {} was built with embedder {built} but the configured embedder is {configured}; re-ingest to switch",
-            identity.account
-        )));
+        return Err(RetrievalError::EmbedderMismatch {
+            account: identity.account.to_string(),
+            built: built.clone(),
+            configured,
+        });
     }
     Ok(snapshot)
-}
-
-/// One hit as the reference's list-mode item.
-#[must_use]
-pub fn hit_json(hit: &Hit<'_>) -> Value {
-    let r = hit.record;
-    let mut item = json!({
-        "context_type": r.context_type.as_str(),
-        "uri": r.display_uri(),
-        "level": r.level,
-        "score": hit.score,
-        "abstract": r.abstract_text,
-        "tags": r.tags,
-    });
-    if let (Some(origin), Some(time)) = (hit.origin_score, hit.time_score) {
-        item["origin_score"] = json!(origin);
-        item["time_score"] = json!(time);
-    }
-    item
 }
 
 /// The bodies of `hits`, in order, each cut like a `content/read` (at

@@ -1,4 +1,4 @@
-//! The per-session dedup ledger (CONTRACT §8): `.recall_log.json` in the
+//! The per-session dedup ledger: `.recall_log.json` in the
 //! session folder, recording which URI was served at which tier on which
 //! turn. Read and written only when a request opts in (`dedup_turns > 0`
 //! with a `session_id`). The rules are pure functions ([`cooled`],
@@ -9,7 +9,6 @@ use std::collections::{BTreeMap, HashSet};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
 use crate::store::{PutMode, SharedStore, StoreError};
 use crate::uri::VikingUri;
@@ -82,8 +81,9 @@ pub fn merge_and_prune(mut data: LedgerData, served: &[(String, String)], now: u
     data
 }
 
-/// What happened to the ledger in one request, as `stats.dedup`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What happened to the ledger in one request, as `stats.dedup`
+/// (`DedupStats` in `infra/openapi.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DedupStatus {
     /// `dedup_turns`.
     pub turns: u64,
@@ -91,7 +91,7 @@ pub struct DedupStatus {
     pub status: &'static str,
     /// URIs cooled this turn.
     pub cooled: usize,
-    /// The turn clock, when the ledger was used.
+    /// The turn clock, when the ledger was used (`null` otherwise).
     pub turn: Option<u64>,
 }
 
@@ -100,12 +100,6 @@ impl DedupStatus {
     #[must_use]
     pub fn off(turns: u64) -> Self {
         Self { turns, status: "off", cooled: 0, turn: None }
-    }
-
-    /// As `stats.dedup`.
-    #[must_use]
-    pub fn to_json(&self) -> Value {
-        json!({ "turns": self.turns, "status": self.status, "cooled": self.cooled, "turn": self.turn })
     }
 }
 

@@ -21,6 +21,8 @@ pub mod keys;
 pub mod ledger;
 #[cfg(feature = "llm")]
 pub mod llm;
+#[cfg(feature = "assemble")]
+pub mod pipeline;
 #[cfg(feature = "secrets")]
 pub mod secrets;
 pub mod sessions;

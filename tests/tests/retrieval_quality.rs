@@ -86,7 +86,7 @@ async fn evaluate(embedder: Arc<dyn Embedder>) -> Vec<(String, Scores)> {
     for case in cases() {
         let params =
             FindParams { query: case.query.clone(), targets: targets.clone(), limit: 10, ..FindParams::default() };
-        let result = find(&app, &identity, &params, 0).await.expect("find");
+        let result = serde_json::to_value(find(&app, &identity, &params, 0).await.expect("find")).expect("json");
         let mut hits: Vec<(f64, String)> = ["memories", "resources", "skills"]
             .iter()
             .flat_map(|k| result[*k].as_array().cloned().unwrap_or_default())

@@ -1,13 +1,14 @@
 //! `POST /api/v1/search/bootstrap`: a thin preset — exactly the search
-//! route's `mode = "bootstrap"` path, with `mode` filled in.
+//! route's `mode = "bootstrap"` path, with the mode fixed.
 
 use bytes::Bytes;
 use http::{Request, Response};
 use serde_json::Value;
 
 use super::error::ApiError;
-use super::search::{bootstrap, parse};
-use super::{Admitted, admit, error_response, ok, telemetry, within_deadline};
+use super::fields::Body;
+use super::search::{Mode, all_fields, parse_fields};
+use super::{Admitted, admit, error_response, ok, result_json, telemetry, within_deadline};
 use crate::app::App;
 
 /// Handles one bootstrap request.
@@ -23,13 +24,13 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
 }
 
 async fn run(app: &App, admitted: &Admitted<'_>) -> Result<(Value, bool), ApiError> {
-    let mut map = super::fields::json_object(admitted.body)?;
-    if map.contains_key("mode") {
+    let mut body = Body::parse(admitted.body, &all_fields())?;
+    if body.contains("mode") {
         return Err(ApiError::field("mode", "extra_forbidden", "Extra inputs are not permitted"));
     }
-    map.insert("mode".into(), Value::String("bootstrap".into()));
-    let bytes = serde_json::to_vec(&map).map_err(|e| ApiError::Internal(e.to_string()))?;
-    let request = parse(&bytes, admitted.now, &app.config.retrieval.purpose_profiles)?;
-    let result = bootstrap(app, &admitted.identity, &request, admitted.now).await?;
-    Ok((result, request.common.telemetry))
+    let request = parse_fields(&mut body, Some(Mode::Bootstrap), admitted.now, &app.config.retrieval.purpose_profiles);
+    body.finish()?;
+    let telemetry = request.common.telemetry;
+    let result = crate::pipeline::bootstrap(app, &admitted.identity, &request.into_bootstrap(admitted.now)).await?;
+    Ok((result_json(&result)?, telemetry))
 }

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use crate::content::ContentError;
 use crate::embed::EmbedError;
+use crate::find::RetrievalError;
 use crate::index::IndexError;
 use crate::store::StoreError;
 
@@ -203,6 +204,20 @@ impl From<ContentError> for ApiError {
             ContentError::Forbidden(_) => Self::PermissionDenied(e.to_string()),
             ContentError::Store(s) => s.into(),
             ContentError::Index(i) => i.into(),
+        }
+    }
+}
+
+impl From<RetrievalError> for ApiError {
+    fn from(e: RetrievalError) -> Self {
+        match e {
+            RetrievalError::OtherPeer { .. } | RetrievalError::OutsideTree(_) | RetrievalError::ExcludeOutsideTree => {
+                Self::PermissionDenied(e.to_string())
+            }
+            RetrievalError::EmbedderMismatch { .. } => Self::Unavailable(e.to_string()),
+            RetrievalError::Index(i) => i.into(),
+            RetrievalError::Store(s) => s.into(),
+            RetrievalError::Embed(x) => x.into(),
         }
     }
 }

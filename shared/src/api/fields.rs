@@ -81,6 +81,21 @@ impl Body {
         self.errors.iter().any(|e| e.loc.get(1).and_then(Value::as_str) == Some(name))
     }
 
+    /// Whether `name` is present at all (even as `null`).
+    #[must_use]
+    pub fn contains(&self, name: &str) -> bool {
+        self.map.contains_key(name)
+    }
+
+    /// A checkpoint: the errors recorded so far, if any, as one 400 (they
+    /// are taken; validation may go on after an `Ok`).
+    ///
+    /// # Errors
+    /// Every error recorded so far.
+    pub fn check(&mut self) -> Result<(), ApiError> {
+        if self.errors.is_empty() { Ok(()) } else { Err(ApiError::Validation(std::mem::take(&mut self.errors))) }
+    }
+
     /// Ends validation.
     ///
     /// # Errors

@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::error::{ApiError, FieldError};
 use super::fields::Body;
 use super::payload::{Budget, largest_fitting, respond};
-use super::{Admitted, admit, error_response, telemetry, within_deadline};
+use super::{Admitted, admit, error_response, result_json, telemetry, within_deadline};
 use crate::app::App;
 use crate::find::{FindParams, authorize_targets, find};
 use crate::identity::Identity;
@@ -118,7 +118,7 @@ async fn run(app: &App, admitted: &Admitted<'_>) -> Result<(Value, bool), ApiErr
     check_query(app, &params.query, common.has_image)?;
     params.targets = authorize(&admitted.identity, &common.targets)?;
     let result = find(app, &admitted.identity, &params, admitted.now).await?;
-    Ok((result, common.telemetry))
+    Ok((result_json(&result)?, common.telemetry))
 }
 
 /// The lists of a find result, in the order hits are kept when it is cut.
@@ -373,5 +373,5 @@ pub fn check_query(app: &App, query: &str, has_image: bool) -> Result<(), ApiErr
 /// # Errors
 /// 403 naming a target outside the caller's tree.
 pub fn authorize(identity: &Identity, targets: &[VikingUri]) -> Result<Vec<VikingUri>, ApiError> {
-    if targets.is_empty() { Ok(Vec::new()) } else { authorize_targets(identity, targets) }
+    if targets.is_empty() { Ok(Vec::new()) } else { Ok(authorize_targets(identity, targets)?) }
 }

@@ -43,7 +43,7 @@ pub struct Admitted<'a> {
     pub now: i64,
     /// When handling started (for telemetry).
     pub started: Instant,
-    /// The request's effective deadline (CONTRACT §9).
+    /// The request's effective deadline ([`Deadline::effective`]).
     pub deadline: Deadline,
 }
 
@@ -123,6 +123,16 @@ pub async fn within_deadline<T>(
             deadline.source.as_str()
         ))),
     }
+}
+
+/// A library result (a typed, `Serialize` value) as the JSON a response
+/// carries, keys in the type's field order.
+///
+/// # Errors
+/// 500 when the value cannot be represented as JSON (a map with keys that
+/// are not strings: no result type has one).
+pub fn result_json<T: serde::Serialize>(result: &T) -> Result<Value, ApiError> {
+    serde_json::to_value(result).map_err(|e| ApiError::Internal(format!("the result could not be serialised: {e}")))
 }
 
 /// `{"status":"ok","result":…}` (plus `telemetry` when given) as a 200.

@@ -1,31 +1,38 @@
-//! `POST /api/v1/search/recall`: a thin preset over context mode (CONTRACT
-//! §11). It has no parameter of its own and no business branch: it fills
-//! the recall defaults, folds the v1 aliases (`max_chars`, `min_score`,
-//! `render`, v1 `quotas`), and calls exactly the context-mode function the
-//! search route calls. When an alias is used the response says so
-//! (`Deprecation: true`, a `Link` to the successor, `stats.deprecated`) and
-//! a warning is logged.
+//! `POST /api/v1/search/recall`: a thin preset over context mode. It has
+//! no parameter of its own and no business branch: it reads the fields with
+//! the search route's own parser, fills the recall defaults, folds the v1
+//! aliases (`max_chars`, `min_score`, `render`, v1 `quotas`), and calls
+//! exactly the context-mode function the search route calls
+//! ([`crate::pipeline::context`]). When an alias is used the response says
+//! so (`Deprecation: true`, a `Link` to the successor, `stats.deprecated`)
+//! and a warning is logged.
+
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{Request, Response};
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
-use super::error::ApiError;
+use super::error::{ApiError, FieldError};
 use super::fields::Body;
-use super::search::{CONTEXT_ONLY_FIELDS, parse};
-use super::{Admitted, admit, error_response, ok, telemetry, within_deadline};
+use super::search::{Mode, SearchRequest, apply_purpose, parse_fields};
+use super::{Admitted, admit, error_response, ok, result_json, telemetry, within_deadline};
 use crate::app::App;
-use crate::assemble::params::Tier;
+use crate::assemble::params::{Detail, Tier};
+use crate::config::PurposeProfileConfig;
+use crate::index::Category;
+use crate::pipeline::{Deprecation, SuccessorBody};
 
 /// Recall's default `score_threshold`.
 pub const RECALL_SCORE_THRESHOLD: f64 = 0.35;
 /// Recall's default `dedup_turns` when a session is given.
-pub const RECALL_DEDUP_TURNS: u64 = 5;
+pub const RECALL_DEDUP_TURNS: u32 = 5;
 /// Recall's default purpose.
 pub const RECALL_PURPOSE: &str = "coding";
 /// The v1 quotas that sent `quotas` are merged over.
-pub const V1_QUOTAS: [(&str, u64); 4] = [("events", 10), ("entities", 10), ("preferences", 3), ("experiences", 0)];
+pub const V1_QUOTAS: [(Category, usize); 4] =
+    [(Category::Events, 10), (Category::Entities, 10), (Category::Preferences, 3), (Category::Experiences, 0)];
 /// Characters per token of the `max_chars` alias.
 pub const CHARS_PER_TOKEN: f64 = 4.0;
 
@@ -52,23 +59,25 @@ pub const RECALL_FIELDS: &[&str] = &[
     "rewrite_max_bullets",
 ];
 
-/// A folded recall request: the equivalent context-mode body, the aliases
-/// used, and whether to render.
-#[derive(Debug, Clone, PartialEq)]
+/// A folded recall request: the equivalent context-mode request and the
+/// aliases it used.
+#[derive(Debug, Clone)]
 pub struct Folded {
-    /// The context-mode body (`"mode": "context"` plus the filled defaults).
-    pub body: Map<String, Value>,
+    /// The context-mode request, recall's defaults filled and the aliases
+    /// folded in (`render: false` is `assemble.render = false`).
+    pub request: SearchRequest,
     /// v1 aliases the request used.
     pub aliases_used: Vec<&'static str>,
-    /// `render: false` asks for entries only.
-    pub render: bool,
 }
 
-/// Folds a recall body into the equivalent context-mode body.
+/// Reads a recall body into the equivalent context-mode request: the
+/// aliases first (their errors alone), then every other field with the
+/// search route's own parser, then recall's defaults for what was not
+/// sent. `now` and `profiles` as [`super::search::parse`].
 ///
 /// # Errors
-/// 400 naming unknown fields or invalid alias values.
-pub fn fold(bytes: &[u8]) -> Result<Folded, ApiError> {
+/// 400 naming unknown fields, invalid alias values, or invalid fields.
+pub fn fold(bytes: &[u8], now: i64, profiles: &BTreeMap<String, PurposeProfileConfig>) -> Result<Folded, ApiError> {
     let mut body = Body::parse(bytes, RECALL_FIELDS)?;
     let max_chars = body.int("max_chars", Some(1), None);
     let min_score = body.number("min_score");
@@ -78,7 +87,7 @@ pub fn fold(bytes: &[u8]) -> Result<Folded, ApiError> {
         Some(Value::String(s)) if s == "full" => Some("full"),
         Some(Value::String(s)) if s == "compact" => Some("compact"),
         Some(_) => {
-            body.error(super::error::FieldError::new(
+            body.error(FieldError::new(
                 "render",
                 "literal_error",
                 "Input should be a valid boolean, 'full' or 'compact'",
@@ -87,66 +96,53 @@ pub fn fold(bytes: &[u8]) -> Result<Folded, ApiError> {
         }
     };
     if !body.sent("query") {
-        body.error(super::error::FieldError::new("query", "missing", "Field required"));
+        body.error(FieldError::new("query", "missing", "Field required"));
     }
-    let sent_quotas = body.raw("quotas").cloned();
-    let sent: Map<String, Value> =
-        RECALL_FIELDS.iter().filter_map(|f| body.raw(f).map(|v| ((*f).to_owned(), v.clone()))).collect();
+    body.check()?;
+    let sent = |field: &str| body.sent(field);
+    let (sent_max_tokens, sent_score_threshold, sent_render, sent_detail) =
+        (sent("max_tokens"), sent("score_threshold"), sent("render"), sent("detail"));
+    let (sent_quotas, sent_purpose, sent_dedup_turns, sent_session) =
+        (sent("quotas"), sent("purpose"), sent("dedup_turns"), sent("session_id"));
+    let mut request = parse_fields(&mut body, Some(Mode::Context), now, profiles);
     body.finish()?;
 
     let mut aliases_used = Vec::new();
-    let mut out = Map::new();
-    out.insert("mode".into(), json!("context"));
-    for (key, value) in &sent {
-        if CONTEXT_ONLY_FIELDS.contains(&key.as_str())
-            || ["query", "session_id", "score_threshold", "telemetry"].contains(&key.as_str())
-        {
-            out.insert(key.clone(), value.clone());
-        }
-    }
+    let p = &mut request.assemble;
     if let Some(chars) = max_chars {
         aliases_used.push("max_chars");
         // An explicit max_tokens wins.
-        if !sent.contains_key("max_tokens") {
+        if !sent_max_tokens {
             // Python's round() (ties to even), as the reference.
             let tokens = ((chars as f64) / CHARS_PER_TOKEN).round_ties_even().clamp(64.0, 32_000.0);
-            out.insert("max_tokens".into(), json!(tokens as i64));
+            p.max_tokens = tokens as usize;
         }
     }
     if min_score.is_some() {
         aliases_used.push("min_score");
     }
-    if !sent.contains_key("score_threshold") {
-        out.insert("score_threshold".into(), json!(min_score.unwrap_or(RECALL_SCORE_THRESHOLD)));
+    if !sent_score_threshold {
+        p.score_threshold = min_score.unwrap_or(RECALL_SCORE_THRESHOLD);
     }
-    if sent.contains_key("render") {
+    if sent_render {
         aliases_used.push("render");
     }
-    if render == Some("compact") && !sent.contains_key("detail") {
-        out.insert("detail".into(), json!(Tier::Abstract.as_str()));
+    if render == Some("compact") && !sent_detail {
+        p.detail = Detail::Pin(Tier::Abstract);
     }
-    match sent_quotas {
-        // v1 quotas: merged over the v1 defaults.
-        Some(Value::Object(q)) => {
-            let mut merged: Map<String, Value> = V1_QUOTAS.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect();
-            merged.extend(q);
-            out.insert("quotas".into(), Value::Object(merged));
-        }
-        Some(other) => {
-            out.insert("quotas".into(), other);
-        }
-        None => {}
+    if sent_quotas {
+        // v1 quotas: the sent ones merged over the v1 defaults.
+        let mut merged: BTreeMap<Category, usize> = V1_QUOTAS.into_iter().collect();
+        merged.extend(p.quotas.take().unwrap_or_default());
+        p.quotas = Some(merged);
+    } else if !sent_purpose {
+        apply_purpose(p, RECALL_PURPOSE.to_owned(), profiles);
     }
-    if !sent.contains_key("purpose") && !out.contains_key("quotas") {
-        out.insert("purpose".into(), json!(RECALL_PURPOSE));
+    if !sent_dedup_turns && sent_session {
+        request.dedup_turns = RECALL_DEDUP_TURNS;
     }
-    if !sent.contains_key("dedup_turns") && sent.contains_key("session_id") {
-        out.insert("dedup_turns".into(), json!(RECALL_DEDUP_TURNS));
-    }
-    if !sent.contains_key("query_expansion") {
-        out.insert("query_expansion".into(), json!("auto"));
-    }
-    Ok(Folded { body: out, aliases_used, render: render != Some("off") })
+    request.assemble.render = render != Some("off");
+    Ok(Folded { request, aliases_used })
 }
 
 /// Handles one recall request.
@@ -174,19 +170,18 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
 }
 
 async fn run(app: &App, admitted: &Admitted<'_>) -> Result<(Value, Vec<&'static str>, bool), ApiError> {
-    let folded = fold(admitted.body)?;
-    let bytes = serde_json::to_vec(&Value::Object(folded.body)).map_err(|e| ApiError::Internal(e.to_string()))?;
-    let mut request = parse(&bytes, admitted.now, &app.config.retrieval.purpose_profiles)?;
-    request.assemble.render = folded.render;
+    let Folded { request, aliases_used } = fold(admitted.body, admitted.now, &app.config.retrieval.purpose_profiles)?;
     super::find::check_query(app, &request.common.params.query, request.common.has_image)?;
-    let mut result = super::search::context(app, &admitted.identity, &request, &admitted.deadline).await?;
-    if !folded.aliases_used.is_empty() {
-        result["stats"]["deprecated"] = json!({
-            "endpoint": "/api/v1/search/recall",
-            "successor": "/api/v1/search/search",
-            "successor_body": { "mode": "context" },
-            "aliases_used": folded.aliases_used,
+    let telemetry = request.common.telemetry;
+    let mut result =
+        crate::pipeline::context(app, &admitted.identity, &request.into_context(), &admitted.deadline).await?;
+    if !aliases_used.is_empty() {
+        result.stats.deprecated = Some(Deprecation {
+            endpoint: "/api/v1/search/recall",
+            successor: "/api/v1/search/search",
+            successor_body: SuccessorBody { mode: "context" },
+            aliases_used: aliases_used.clone(),
         });
     }
-    Ok((result, folded.aliases_used, request.common.telemetry))
+    Ok((result_json(&result)?, aliases_used, telemetry))
 }

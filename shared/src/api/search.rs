@@ -1,35 +1,33 @@
 //! `POST /api/v1/search/search`: the reference's `SearchRequest` with
-//! `mode` = `list` (default; exactly `find` without a session) or `context`
-//! (the assembly line). Strict parsing, the validation matrix of CONTRACT
-//! §6–7, defaults applied in one place ([`parse`]).
+//! `mode` = `list` (default; exactly `find` without a session), `context`
+//! (the assembly line) or `bootstrap` (the session-start block). This
+//! module parses and validates the body (defaults applied in one place,
+//! [`parse`]; which fields each mode takes is documented in
+//! `infra/openapi.json`, `x-skald-modes`) and serialises the results; the
+//! pipeline itself is [`crate::pipeline`].
 
-use std::collections::{BTreeMap, HashSet};
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use http::{Request, Response};
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use super::error::{ApiError, FieldError};
 use super::fields::Body;
-use super::find::{Common, FIND_FIELDS, authorize, check_query, fit_hits, parse_common};
+use super::find::{Common, FIND_FIELDS, check_query, fit_hits, parse_common};
 use super::payload::respond;
-use super::{Admitted, admit, error_response, telemetry, within_deadline};
+use super::{Admitted, admit, error_response, result_json, telemetry, within_deadline};
 use crate::app::App;
+use crate::assemble::bootstrap::{BootstrapParams, Manifest};
 use crate::assemble::params::{
-    AssembleParams, DEFAULT_SCORE_THRESHOLD, DETAIL_KEYS, Detail, MAX_EXCLUDE_URIS, MAX_MAX_TOKENS, MIN_MAX_TOKENS,
-    PeerScope, QUOTA_KEYS, Tier, default_penalties, purpose_names, purpose_profile,
+    AssembleParams, DEFAULT_REWRITE_MAX_BULLETS, DEFAULT_SCORE_THRESHOLD, DETAIL_KEYS, Detail, MAX_EXCLUDE_URIS,
+    MAX_MAX_TOKENS, MIN_MAX_TOKENS, PeerScope, QUOTA_KEYS, Tier, default_penalties, purpose_names, purpose_profile,
 };
-use crate::assemble::{Assembled, assemble, assemble_over};
-use crate::config::{PurposeProfileConfig, RetrievalConfig};
-use crate::deadline::Deadline;
-use crate::find::{authorize_targets, checked_snapshot, find, find_over};
-use crate::identity::Identity;
-use crate::index::{Category, Exclusion};
-use crate::ledger::{DedupStatus, Ledger};
-use crate::llm::expansion::{self, Expansion, ExpansionStatus, RECENT_MESSAGES, SessionContext};
-use crate::llm::rewrite::{self, RewriteStatus, Rewritten};
-use crate::sessions::{SessionId, Sessions};
+use crate::config::PurposeProfileConfig;
+use crate::index::Category;
+pub use crate::pipeline::Rewrite;
+use crate::pipeline::{self, ContextParams, ListParams};
+use crate::sessions::SessionId;
 use crate::uri::VikingUri;
 
 /// Fields only context mode accepts.
@@ -67,18 +65,6 @@ pub enum Mode {
     Bootstrap,
 }
 
-/// `rewrite`: off, on, or on when a query-planner model is configured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Rewrite {
-    /// No digest (default).
-    #[default]
-    Off,
-    /// Always digest.
-    On,
-    /// Digest when a dedicated query-planner model is configured.
-    Auto,
-}
-
 /// A parsed and validated search request.
 #[derive(Debug, Clone)]
 pub struct SearchRequest {
@@ -86,8 +72,8 @@ pub struct SearchRequest {
     pub mode: Mode,
     /// The fields shared with `find`.
     pub common: Common,
-    /// The session, when given.
-    pub session_id: Option<String>,
+    /// The session, when given (validated).
+    pub session_id: Option<SessionId>,
     /// Context mode: the assembly parameters (defaults applied).
     pub assemble: AssembleParams,
     /// `query_expansion` is `auto` (the default) rather than `off`.
@@ -102,12 +88,52 @@ pub struct SearchRequest {
     pub ignored: Vec<&'static str>,
 }
 
-fn all_fields() -> Vec<&'static str> {
+/// Every field `search` accepts in some mode.
+#[must_use]
+pub fn all_fields() -> Vec<&'static str> {
     FIND_FIELDS.iter().chain(SEARCH_FIELDS).chain(CONTEXT_ONLY_FIELDS).copied().collect()
 }
 
 fn value_error(field: &str, message: impl std::fmt::Display) -> FieldError {
     FieldError::new(field, "value_error", format!("Value error, {message}"))
+}
+
+impl SearchRequest {
+    /// List mode's parameters (the sent targets, not yet authorised).
+    #[must_use]
+    pub fn into_list(self) -> ListParams {
+        let mut find = self.common.params;
+        find.targets = self.common.targets;
+        ListParams { find, session_id: self.session_id }
+    }
+
+    /// Context mode's parameters.
+    #[must_use]
+    pub fn into_context(self) -> ContextParams {
+        ContextParams {
+            query: self.common.params.query,
+            assemble: self.assemble,
+            session_id: self.session_id,
+            query_expansion: self.query_expansion,
+            dedup_turns: self.dedup_turns,
+            rewrite: self.rewrite,
+            rewrite_max_bullets: self.rewrite_max_bullets,
+            ignored: self.ignored,
+        }
+    }
+
+    /// Bootstrap mode's parameters: `since` defaults to
+    /// [`BOOTSTRAP_DEFAULT_WINDOW_S`] before `now` (Unix seconds).
+    #[must_use]
+    pub fn into_bootstrap(self, now: i64) -> BootstrapParams {
+        let since = self.common.params.time.and_then(|t| t.since).unwrap_or(now - BOOTSTRAP_DEFAULT_WINDOW_S);
+        BootstrapParams {
+            max_tokens: self.assemble.max_tokens,
+            since,
+            session_id: self.session_id,
+            manifest: Manifest::default(),
+        }
+    }
 }
 
 /// Parses a search body (`now` resolves relative times; `purpose` names a
@@ -122,22 +148,41 @@ pub fn parse(
     profiles: &BTreeMap<String, PurposeProfileConfig>,
 ) -> Result<SearchRequest, ApiError> {
     let mut body = Body::parse(bytes, &all_fields())?;
-    let common = parse_common(&mut body, now);
-    let mode = match body.literal("mode", &["list", "context", "bootstrap"]).as_deref() {
+    let request = parse_fields(&mut body, None, now, profiles);
+    body.finish()?;
+    Ok(request)
+}
+
+/// [`parse`] over a body already read (the presets read theirs with their
+/// own field lists), recording every problem in `body`; `mode` fixes the
+/// mode (a preset's) instead of reading the `mode` field. The caller ends
+/// validation with [`Body::finish`].
+pub fn parse_fields(
+    body: &mut Body,
+    mode: Option<Mode>,
+    now: i64,
+    profiles: &BTreeMap<String, PurposeProfileConfig>,
+) -> SearchRequest {
+    let common = parse_common(body, now);
+    let mode = mode.unwrap_or_else(|| match body.literal("mode", &["list", "context", "bootstrap"]).as_deref() {
         Some("context") => Mode::Context,
         Some("bootstrap") => Mode::Bootstrap,
         _ => Mode::List,
-    };
+    });
     if body.literal("search_type", &["semantic", "keywords"]).as_deref() == Some("keywords") {
         body.error(value_error(
             "search_type",
             "search_type 'keywords' is not supported yet by this server; use 'semantic'",
         ));
     }
-    let session_id = body.string("session_id").filter(|s| !s.is_empty());
-    if let Some(Err(e)) = session_id.as_deref().map(SessionId::new) {
-        body.error(value_error("session_id", e));
-    }
+    let session_id = match body.string("session_id").filter(|s| !s.is_empty()).map(|s| SessionId::new(&s)) {
+        Some(Ok(id)) => Some(id),
+        Some(Err(e)) => {
+            body.error(value_error("session_id", e));
+            None
+        }
+        None => None,
+    };
     let mut request = SearchRequest {
         mode,
         common,
@@ -146,7 +191,7 @@ pub fn parse(
         query_expansion: true,
         dedup_turns: 0,
         rewrite: Rewrite::Off,
-        rewrite_max_bullets: 6,
+        rewrite_max_bullets: DEFAULT_REWRITE_MAX_BULLETS,
         ignored: Vec::new(),
     };
     match mode {
@@ -159,7 +204,7 @@ pub fn parse(
                 ));
             }
         }
-        Mode::Context => parse_context(&mut body, &mut request, profiles),
+        Mode::Context => parse_context(body, &mut request, profiles),
         Mode::Bootstrap => {
             let sent: Vec<&str> =
                 all_fields().into_iter().filter(|f| body.sent(f) && !BOOTSTRAP_FIELDS.contains(f)).collect();
@@ -171,8 +216,7 @@ pub fn parse(
             }
         }
     }
-    body.finish()?;
-    Ok(request)
+    request
 }
 
 fn parse_context(body: &mut Body, request: &mut SearchRequest, profiles: &BTreeMap<String, PurposeProfileConfig>) {
@@ -196,11 +240,7 @@ fn parse_context(body: &mut Body, request: &mut SearchRequest, profiles: &BTreeM
     }
     let quotas = parse_quotas(body);
     if let Some(name) = body.literal("purpose", &purpose_names(profiles)) {
-        if let Some(profile) = purpose_profile(&name, profiles) {
-            p.events_budget_share = profile.events_budget_share;
-            p.quotas = Some(profile.quotas);
-        }
-        p.purpose = Some(name);
+        apply_purpose(p, name, profiles);
     }
     if quotas.is_some() {
         p.quotas = quotas;
@@ -239,7 +279,7 @@ fn parse_context(body: &mut Body, request: &mut SearchRequest, profiles: &BTreeM
         }
     };
     if let Some(n) = body.int("rewrite_max_bullets", Some(1), Some(20)) {
-        request.rewrite_max_bullets = usize::try_from(n).unwrap_or(6);
+        request.rewrite_max_bullets = usize::try_from(n).unwrap_or(DEFAULT_REWRITE_MAX_BULLETS);
     }
     for field in ["level", "context_type", "events_time_decay_protection"] {
         if body.sent(field) {
@@ -252,6 +292,16 @@ fn parse_context(body: &mut Body, request: &mut SearchRequest, profiles: &BTreeM
     if p.quotas.is_some() && request.common.limit_sent {
         request.ignored.push("limit");
     }
+}
+
+/// Sets `p`'s purpose to `name`, with its preset's quotas and events
+/// share (a configured preset in `profiles`, else the built-in one).
+pub fn apply_purpose(p: &mut AssembleParams, name: String, profiles: &BTreeMap<String, PurposeProfileConfig>) {
+    if let Some(profile) = purpose_profile(&name, profiles) {
+        p.events_budget_share = profile.events_budget_share;
+        p.quotas = Some(profile.quotas);
+    }
+    p.purpose = Some(name);
 }
 
 fn parse_quotas(body: &mut Body) -> Option<BTreeMap<Category, usize>> {
@@ -367,7 +417,7 @@ fn parse_penalties(body: &mut Body) -> BTreeMap<Category, f64> {
     penalties
 }
 
-/// Handles one search request (list or context mode).
+/// Handles one search request (list, context or bootstrap mode).
 pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
     let admitted = match admit(app, &request).await {
         Ok(a) => a,
@@ -390,378 +440,20 @@ async fn run(app: &App, admitted: &Admitted<'_>) -> Result<(Value, bool, bool), 
         check_query(app, &request.common.params.query, request.common.has_image)?;
     }
     let wants_telemetry = request.common.telemetry;
+    let identity = &admitted.identity;
     let (result, truncated) = match request.mode {
-        Mode::List => fit_hits(list(app, admitted, &request).await?, app.config.limits.response_budget()),
-        Mode::Context => (context(app, &admitted.identity, &request, &admitted.deadline).await?, false),
-        Mode::Bootstrap => (bootstrap(app, &admitted.identity, &request, admitted.now).await?, false),
+        Mode::List => {
+            let found = pipeline::list(app, identity, &request.into_list(), admitted.now, &admitted.deadline).await?;
+            fit_hits(result_json(&found)?, app.config.limits.response_budget())
+        }
+        Mode::Context => {
+            let result = pipeline::context(app, identity, &request.into_context(), &admitted.deadline).await?;
+            (result_json(&result)?, false)
+        }
+        Mode::Bootstrap => {
+            let result = pipeline::bootstrap(app, identity, &request.into_bootstrap(admitted.now)).await?;
+            (result_json(&result)?, false)
+        }
     };
     Ok((result, wants_telemetry, truncated))
-}
-
-/// Runs list mode: exactly `find`, unless a session with context is given
-/// and a model is configured; then the query is expanded (the same bounded
-/// stage as context mode), every planned query searches too, hits merge by
-/// node, and the result adds the reference's `query_plan`. A failed or late
-/// expansion falls back to plain `find`.
-///
-/// # Errors
-/// 403 for a target outside the caller's tree; 503 when a dependency fails.
-async fn list(app: &App, admitted: &Admitted<'_>, request: &SearchRequest) -> Result<Value, ApiError> {
-    let identity = &admitted.identity;
-    let mut params = request.common.params.clone();
-    params.targets = authorize(identity, &request.common.targets)?;
-    let session = match request.session_id.as_deref().map(parse_session_id).transpose()? {
-        Some(id) if expansion_enabled(app, true) => id,
-        _ => return find(app, identity, &params, admitted.now).await,
-    };
-    // The session read, the index revalidation and the original query's
-    // embedding go out together.
-    let original = [params.query.as_str()];
-    let (loaded, snapshot, original) = tokio::join!(
-        load_session(app, identity, &session, 0, true),
-        checked_snapshot(app, identity),
-        app.embedder.embed(&original),
-    );
-    let (loaded, snapshot, original) = (loaded?, snapshot?, original?);
-    let expansion = expand_query(app, &loaded, &params.query, &admitted.deadline).await;
-    let plan = expansion.plan.as_ref().filter(|_| expansion.status == ExpansionStatus::Used);
-    if plan.is_none()
-        && let Some(error) = &expansion.error
-    {
-        tracing::warn!(status = expansion.status.as_str(), error, "list-mode query expansion fell back to find");
-    }
-    // A failed or late expansion searches the original query alone: `find`.
-    let queries: Vec<&str> = match plan {
-        Some(_) => expansion.queries.iter().map(String::as_str).collect(),
-        None => vec![params.query.as_str()],
-    };
-    let vectors = with_planned_embeddings(app, (&params.query, original), &queries).await?;
-    let mut result = find_over(app, identity, &params, &queries, &snapshot, &vectors, admitted.now).await;
-    if let Some(plan) = plan {
-        // After `total`, as the reference's `FindResult.to_dict` orders it.
-        result["query_plan"] = plan.to_json();
-    }
-    Ok(result)
-}
-
-/// The embeddings of `queries` — the original query first, then the
-/// planned ones — given the original's (`embedded`, of `original`),
-/// computed while the session was read: one embedding call for the
-/// planned queries, none without them.
-///
-/// # Errors
-/// 503 when the embedder fails.
-async fn with_planned_embeddings(
-    app: &App,
-    (original, embedded): (&str, Vec<Vec<f32>>),
-    queries: &[&str],
-) -> Result<Vec<Vec<f32>>, ApiError> {
-    let Some((_, planned)) = queries.split_first().filter(|(first, _)| **first == original) else {
-        return Ok(app.embedder.embed(queries).await?);
-    };
-    let mut vectors = embedded;
-    if !planned.is_empty() {
-        vectors.extend(app.embedder.embed(planned).await?);
-    }
-    Ok(vectors)
-}
-
-fn parse_session_id(id: &str) -> Result<SessionId, ApiError> {
-    SessionId::new(id).map_err(|e| ApiError::field("session_id", "value_error", format!("Value error, {e}")))
-}
-
-/// Whether query expansion may run: asked for, enabled in the
-/// configuration, and a model configured.
-fn expansion_enabled(app: &App, requested: bool) -> bool {
-    requested && app.config.retrieval.enable_intent && app.models.any()
-}
-
-/// What context and list mode read of a session before retrieval.
-struct LoadedSession<'a> {
-    /// The dedup ledger (only with `dedup_turns > 0`, and only when the
-    /// session's turn clock could be read).
-    ledger: Option<Ledger<'a>>,
-    /// The ledger was asked for but the session's meta could not be read:
-    /// the request goes on without dedup (`stats.dedup.status =
-    /// write_failed`).
-    ledger_failed: bool,
-    /// The context for the LLM stages (empty unless asked for).
-    context: SessionContext,
-    /// Why the context could not be read (the stages then fail softly).
-    context_error: Option<String>,
-}
-
-/// Reads what a request needs of its session: three chains at once — the
-/// meta then the last messages, the ledger, the archive listing then its
-/// overview — so at most two store round trips in a row.
-///
-/// Never fails: a meta that cannot be read (unreachable, corrupt) leaves
-/// the request without dedup ([`LoadedSession::ledger_failed`]), and a
-/// context that cannot be read is reported in
-/// [`LoadedSession::context_error`].
-async fn load_session<'a>(
-    app: &'a App,
-    identity: &Identity,
-    id: &SessionId,
-    dedup_turns: u32,
-    want_context: bool,
-) -> Result<LoadedSession<'a>, ApiError> {
-    let sessions = Sessions::new(&app.store, identity);
-    let ledger_key = sessions.ledger_key(id);
-    let want_ledger = dedup_turns > 0;
-    let meta_then_messages = async {
-        let meta = sessions.meta(id).await?.map(|(meta, _)| meta);
-        let messages = match &meta {
-            Some(meta) if want_context => Some(sessions.recent_messages(id, meta, RECENT_MESSAGES).await),
-            _ => None,
-        };
-        Ok::<_, crate::sessions::SessionError>((meta, messages))
-    };
-    let (first, ledger_read, archive) = tokio::join!(
-        meta_then_messages,
-        async { if want_ledger { Some(app.store.get(&ledger_key).await) } else { None } },
-        async { if want_context { Some(sessions.latest_archive_overview(id).await) } else { None } },
-    );
-    let mut context_error = None;
-    let mut meta_failed = false;
-    let mut context = SessionContext::default();
-    let meta = match first {
-        Ok((meta, messages)) => {
-            match messages {
-                Some(Ok(messages)) => {
-                    context.messages = messages.iter().map(|m| (m.role.clone(), m.text())).collect();
-                }
-                Some(Err(e)) => {
-                    tracing::warn!(error = %e, "session messages unreadable");
-                    context_error = Some("the session's messages could not be read".to_owned());
-                }
-                None => {}
-            }
-            meta
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "session meta unreadable; serving without its turn clock");
-            context_error = Some("the session's meta could not be read".to_owned());
-            meta_failed = true;
-            None
-        }
-    };
-    let ledger_failed = want_ledger && meta_failed;
-    match archive {
-        Some(Ok(found)) => context.overview = found.map(|(_, text)| text),
-        Some(Err(e)) => {
-            tracing::warn!(error = %e, "session archive unreadable");
-            context_error = Some("the session's archive could not be read".to_owned());
-        }
-        None => {}
-    }
-    let ledger = ledger_read.filter(|_| !ledger_failed).map(|read| {
-        let turn = meta.as_ref().map_or(0, |m| m.user_turn_count);
-        Ledger::from_read(&app.store, ledger_key, read, turn, u64::from(dedup_turns))
-    });
-    Ok(LoadedSession { ledger, ledger_failed, context, context_error })
-}
-
-/// The expansion stage for `query`, bounded by the deadline: `off` without
-/// session context, `failed` when the context could not be read.
-async fn expand_query(app: &App, loaded: &LoadedSession<'_>, query: &str, deadline: &Deadline) -> Expansion {
-    if let Some(error) = &loaded.context_error {
-        return Expansion::original(query, ExpansionStatus::Failed, Some(format!("session context: {error}")));
-    }
-    let Some(model) = app.models.planner().filter(|_| !loaded.context.is_empty()) else {
-        return Expansion::original(query, ExpansionStatus::Off, None);
-    };
-    let retrieval = &app.config.retrieval;
-    let cap = RetrievalConfig::seconds(retrieval.recall_intent_timeout_s);
-    // Retrieval and the answer still follow expansion: keep two reserves.
-    let reserve = Duration::from_millis(retrieval.stage_reserve_ms.saturating_mul(2));
-    let budget = deadline.stage_budget(Instant::now(), cap, reserve);
-    expansion::expand(model.as_ref(), &loaded.context, query, budget).await
-}
-
-/// The rewrite stage over the assembled block, bounded by the deadline.
-async fn rewrite_block(
-    app: &App,
-    request: &SearchRequest,
-    assembled: &Assembled,
-    context: &SessionContext,
-    deadline: &Deadline,
-) -> Rewritten {
-    let Some(model) = app.models.planner() else {
-        return Rewritten::without_digest(RewriteStatus::Failed, Some("no model is configured for the rewrite".into()));
-    };
-    let uris: Vec<String> = assembled.entries.iter().map(|e| e.candidate.uri.to_string()).collect();
-    let served: HashSet<&str> = uris.iter().map(String::as_str).collect();
-    let slice = rewrite::session_slice(context, &served);
-    let cap = RetrievalConfig::seconds(app.config.retrieval.recall_rewrite_timeout_s);
-    let reserve = Duration::from_millis(app.config.retrieval.stage_reserve_ms);
-    let budget = deadline.stage_budget(Instant::now(), cap, reserve);
-    let query = request.common.params.query.as_str();
-    rewrite::rewrite(model.as_ref(), query, &assembled.rendered, &slice, request.rewrite_max_bullets, &served, budget)
-        .await
-}
-
-/// Runs bootstrap mode: the slot manifest, planned and rendered within
-/// `max_tokens`. No model, no semantic search.
-///
-/// # Errors
-/// 400 for a malformed session id; 503 when a dependency fails.
-pub async fn bootstrap(app: &App, identity: &Identity, request: &SearchRequest, now: i64) -> Result<Value, ApiError> {
-    let session_id = request.session_id.as_deref().map(parse_session_id).transpose()?;
-    let since = request.common.params.time.and_then(|t| t.since).unwrap_or(now - BOOTSTRAP_DEFAULT_WINDOW_S);
-    let params = crate::assemble::bootstrap::BootstrapParams {
-        max_tokens: request.assemble.max_tokens,
-        since,
-        session_id,
-        manifest: crate::assemble::bootstrap::Manifest::default(),
-    };
-    let assembled = crate::assemble::bootstrap::bootstrap(app, identity, &params).await?;
-    let Assembled { entries, rendered, stats } = assembled;
-    let entries: Vec<Value> = entries.iter().map(crate::assemble::Entry::to_json).collect();
-    Ok(json!({ "entries": entries, "rendered": rendered, "digest": "", "stats": stats }))
-}
-
-/// Runs context mode: authorises `exclude_uris`, reads the session (ledger
-/// and context) when one is given, expands the query, assembles, rewrites,
-/// records the ledger, and adds the pipeline's stats. The LLM stages and
-/// the ledger write never fail the request and never run past `deadline`.
-///
-/// # Errors
-/// 403 for an `exclude_uris` entry outside the caller's tree; 400 for a
-/// malformed session id; 503 when a dependency fails.
-pub async fn context(
-    app: &App,
-    identity: &Identity,
-    request: &SearchRequest,
-    deadline: &Deadline,
-) -> Result<Value, ApiError> {
-    authorize_targets(identity, &request.assemble.exclude)
-        .map_err(|_| ApiError::PermissionDenied("exclude_uris names a URI outside the caller's tree".into()))?;
-    let subtrees = request.assemble.exclude.iter().map(|uri| identity.resolve_home(uri)).collect();
-    let mut exclusion = Exclusion { subtrees, ..Exclusion::default() };
-    let query = request.common.params.query.as_str();
-    let wants_expansion = expansion_enabled(app, request.query_expansion);
-    let wants_rewrite = match request.rewrite {
-        Rewrite::Off => false,
-        Rewrite::On => true,
-        Rewrite::Auto => app.models.has_dedicated_planner(),
-    };
-    let session = request.session_id.as_deref().map(parse_session_id).transpose()?;
-    let (loaded, prepared) = match &session {
-        Some(id) if request.dedup_turns > 0 || wants_expansion || wants_rewrite => {
-            // The index revalidation and the original query's embedding
-            // need neither the session nor the plan: they go out with the
-            // session read.
-            let original = [query];
-            let (loaded, snapshot, original) = tokio::join!(
-                load_session(app, identity, id, request.dedup_turns, wants_expansion || wants_rewrite),
-                checked_snapshot(app, identity),
-                app.embedder.embed(&original),
-            );
-            (Some(loaded?), Some((snapshot?, original?)))
-        }
-        _ => (None, None),
-    };
-    let expansion = match &loaded {
-        Some(loaded) if wants_expansion => expand_query(app, loaded, query, deadline).await,
-        _ => Expansion::original(query, ExpansionStatus::Off, None),
-    };
-    let ledger = loaded.as_ref().and_then(|l| l.ledger.as_ref());
-    if let Some(ledger) = ledger {
-        exclusion.exact = ledger.cooled_uris();
-    }
-    let mut params = request.assemble.clone();
-    params.queries.clone_from(&expansion.queries);
-    let mut assembled = match prepared {
-        Some((snapshot, original)) => {
-            let queries: Vec<&str> = params.queries.iter().map(String::as_str).collect();
-            let vectors = with_planned_embeddings(app, (query, original), &queries).await?;
-            assemble_over(app, identity, &params, &exclusion, &snapshot, vectors).await?
-        }
-        None => assemble(app, identity, &params, &exclusion).await?,
-    };
-    let empty = SessionContext::default();
-    let session_context = loaded.as_ref().map_or(&empty, |l| &l.context);
-    let rewritten = if wants_rewrite {
-        rewrite_block(app, request, &assembled, session_context, deadline).await
-    } else {
-        Rewritten::without_digest(RewriteStatus::Off, None)
-    };
-    if rewritten.status == RewriteStatus::NoRelevant {
-        assembled.rendered.clear();
-    }
-    for (stage, status, error) in [
-        ("query expansion", expansion.status.as_str(), &expansion.error),
-        ("rewrite", rewritten.status.as_str(), &rewritten.error),
-    ] {
-        if let Some(error) = error {
-            tracing::warn!(stage, status, error, "llm stage degraded; the block is served without it");
-        }
-    }
-    let ledger_failed = loaded.as_ref().is_some_and(|l| l.ledger_failed);
-    let dedup = match ledger {
-        None if ledger_failed => {
-            DedupStatus { status: "write_failed", ..DedupStatus::off(u64::from(request.dedup_turns)) }
-        }
-        None => DedupStatus::off(u64::from(request.dedup_turns)),
-        Some(ledger) => {
-            let status = if rewritten.status == RewriteStatus::NoRelevant {
-                // Nothing was injected: nothing is recorded.
-                ledger.status
-            } else {
-                let served: Vec<(String, String)> = assembled
-                    .entries
-                    .iter()
-                    .map(|e| (e.candidate.uri.to_string(), e.tier.as_str().to_owned()))
-                    .collect();
-                let until = tokio::time::Instant::from_std(deadline.soft_stop());
-                tokio::time::timeout_at(until, ledger.record(&served)).await.unwrap_or("write_failed")
-            };
-            DedupStatus {
-                turns: u64::from(request.dedup_turns),
-                status,
-                cooled: ledger.cooled.len(),
-                turn: Some(ledger.turn()),
-            }
-        }
-    };
-    Ok(context_result(assembled, request, &dedup, &expansion, &rewritten))
-}
-
-/// The context-mode result: entries, rendered block, digest and stats.
-/// `query_expansion_error` and `rewrite_error` say why a stage failed or
-/// timed out (present only then).
-#[must_use]
-pub fn context_result(
-    assembled: Assembled,
-    request: &SearchRequest,
-    dedup: &DedupStatus,
-    expansion: &Expansion,
-    rewritten: &Rewritten,
-) -> Value {
-    let Assembled { entries, rendered, mut stats } = assembled;
-    let mut put = |k: &str, v: Value| {
-        stats.insert(k.to_owned(), v);
-    };
-    put("query_expansion", json!(expansion.status.as_str()));
-    put("planned_queries", json!(expansion.planned()));
-    if let Some(error) = &expansion.error {
-        put("query_expansion_error", json!(error));
-    }
-    put("rewrite", json!(rewritten.status.as_str()));
-    put("rewrite_usage", rewritten.usage.map_or(Value::Null, |u| json!(u)));
-    if let Some(error) = &rewritten.error {
-        put("rewrite_error", json!(error));
-    }
-    put("dedup", dedup.to_json());
-    if !request.ignored.is_empty() {
-        put("ignored", json!(request.ignored));
-    }
-    let entries: Vec<Value> = entries.iter().map(crate::assemble::Entry::to_json).collect();
-    let mut out = Map::new();
-    out.insert("entries".into(), Value::Array(entries));
-    out.insert("rendered".into(), Value::String(rendered));
-    out.insert("digest".into(), Value::String(rewritten.digest.clone()));
-    out.insert("stats".into(), Value::Object(stats));
-    Value::Object(out)
 }

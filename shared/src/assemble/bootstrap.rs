@@ -1,4 +1,4 @@
-//! Bootstrap (CONTRACT §11, RFC §3.6): the session-start block. The same
+//! Bootstrap: the session-start block. The same
 //! assembly line as context mode — planner, reads, render, budget — but the
 //! candidates come from a declarative slot manifest instead of search hits.
 //! No model and no semantic search: routes that bootstrap never embed.
@@ -17,7 +17,7 @@
 //! Each slot plans within its share of `max_tokens`; what a slot leaves
 //! unused passes to the next.
 
-use serde_json::{Map, Value, json};
+use serde::Serialize;
 use sha2::Digest as _;
 
 use super::candidate::{Candidate, Origin};
@@ -25,8 +25,9 @@ use super::params::{Detail, Tier};
 use super::plan::{PlanRequest, plan};
 use super::read::read_planned;
 use super::render::{EntryView, render};
-use super::{Assembled, Entry};
+use super::{Entry, Named, TierCounts};
 use crate::app::App;
+use crate::find::RetrievalError;
 use crate::identity::Identity;
 use crate::index::{Category, IndexSnapshot, Record};
 use crate::store::StoreError;
@@ -121,6 +122,61 @@ pub struct BootstrapParams {
     pub session_id: Option<crate::sessions::SessionId>,
     /// The manifest.
     pub manifest: Manifest,
+}
+
+/// Entries and tokens of one slot, as `stats.slots.<slot>`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SlotStats {
+    /// Entries the slot placed.
+    pub entries: usize,
+    /// Tokens they take.
+    pub tokens: usize,
+}
+
+/// The instructions template served, as `stats.instructions`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InstructionsStats {
+    /// [`INSTRUCTIONS_VERSION`].
+    pub version: &'static str,
+    /// [`instructions_hash`].
+    pub content_hash: String,
+}
+
+/// What bootstrap reports (`BootstrapStats` in `infra/openapi.json`), in
+/// the wire's key order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BootstrapStats {
+    /// Always `bootstrap`.
+    pub mode: &'static str,
+    /// Entries and tokens per slot, in render order.
+    pub slots: Named<SlotStats>,
+    /// The budget.
+    pub max_tokens: usize,
+    /// Tokens of the rendered block; at most `max_tokens`.
+    pub used_tokens: usize,
+    /// Entries served.
+    pub returned: usize,
+    /// Candidates no slot had room for.
+    pub dropped: usize,
+    /// Entries per tier.
+    pub tier_counts: TierCounts,
+    /// The instructions template served.
+    pub instructions: InstructionsStats,
+    /// Bytes of the bodies read.
+    pub bytes_read: u64,
+    /// Reads made.
+    pub reads: usize,
+}
+
+/// The bootstrap block and its accounting.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bootstrapped {
+    /// Entries in render order.
+    pub entries: Vec<Entry>,
+    /// The rendered block.
+    pub rendered: String,
+    /// What bootstrap did.
+    pub stats: BootstrapStats,
 }
 
 /// The sha256 of the instructions, as `stats.instructions.content_hash`.
@@ -240,15 +296,15 @@ async fn read_text(app: &App, key: &str) -> Result<Option<String>, StoreError> {
 /// slots' plans place deeper than the abstract. No embedding.
 ///
 /// # Errors
-/// 503 when the store fails or the index was built by another embedder.
+/// When the store fails or the index was built by another embedder.
 pub async fn bootstrap(
     app: &App,
     identity: &Identity,
     params: &BootstrapParams,
-) -> Result<Assembled, crate::api::error::ApiError> {
+) -> Result<Bootstrapped, RetrievalError> {
     let snapshot = crate::find::checked_snapshot(app, identity).await?;
     let mut entries: Vec<Entry> = Vec::new();
-    let mut slots_stats = Map::new();
+    let mut slots_stats = Named::default();
     let mut carry = 0usize;
     let (mut reads, mut bytes_read, mut dropped) = (0usize, 0u64, 0usize);
     let working = working_state(&snapshot, identity, params.since, params.manifest.working_state_max);
@@ -323,21 +379,21 @@ pub async fn bootstrap(
             used = 0;
         }
         carry = (budget + separator).saturating_sub(used + if slot_entries.is_empty() { 0 } else { separator });
-        slots_stats.insert(slot.as_str().into(), json!({ "entries": slot_entries.len(), "tokens": used }));
+        slots_stats.0.push((slot.as_str(), SlotStats { entries: slot_entries.len(), tokens: used }));
         entries.extend(slot_entries);
     }
     let (rendered, used) = super::render_within(&mut entries, params.max_tokens);
-    let mut stats = Map::new();
-    stats.insert("mode".into(), json!("bootstrap"));
-    stats.insert("slots".into(), Value::Object(slots_stats));
-    stats.insert("max_tokens".into(), json!(params.max_tokens));
-    stats.insert("used_tokens".into(), json!(used));
-    stats.insert("returned".into(), json!(entries.len()));
-    stats.insert("dropped".into(), json!(dropped));
-    stats.insert("tier_counts".into(), super::tier_counts(&entries));
-    stats
-        .insert("instructions".into(), json!({ "version": INSTRUCTIONS_VERSION, "content_hash": instructions_hash() }));
-    stats.insert("bytes_read".into(), json!(bytes_read));
-    stats.insert("reads".into(), json!(reads));
-    Ok(Assembled { entries, rendered, stats })
+    let stats = BootstrapStats {
+        mode: "bootstrap",
+        slots: slots_stats,
+        max_tokens: params.max_tokens,
+        used_tokens: used,
+        returned: entries.len(),
+        dropped,
+        tier_counts: TierCounts::of(&entries),
+        instructions: InstructionsStats { version: INSTRUCTIONS_VERSION, content_hash: instructions_hash() },
+        bytes_read,
+        reads,
+    };
+    Ok(Bootstrapped { entries, rendered, stats })
 }

@@ -7,10 +7,9 @@
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 
-use serde_json::{Map, Value, json};
-
 use super::candidate::{Candidate, Origin};
 use super::params::{AssembleParams, OTHER_PEER_OVERFETCH, PeerScope};
+use super::{Named, Origins};
 use crate::identity::Identity;
 use crate::index::filter::FilterExpr;
 use crate::index::{Category, ContextType, Exclusion, Filter, IndexSnapshot, Record, SearchParams};
@@ -21,8 +20,8 @@ use crate::uri::VikingUri;
 pub struct Gathered {
     /// Candidates, best first.
     pub candidates: Vec<Candidate>,
-    /// Hits per bucket (`{"all": n}` in flat mode), before quotas or limit.
-    pub searched: Map<String, Value>,
+    /// Hits per bucket (`all` in flat mode), before quotas or limit.
+    pub searched: Named<usize>,
     /// Hits left out by `exclude_uris` or the ledger.
     pub excluded: usize,
 }
@@ -30,13 +29,9 @@ pub struct Gathered {
 impl Gathered {
     /// Candidates per origin, as `stats.origins`.
     #[must_use]
-    pub fn origins(&self) -> Value {
+    pub fn origins(&self) -> Origins {
         let count = |o: Origin| self.candidates.iter().filter(|c| c.origin == o).count();
-        json!({
-            "actor_peer": count(Origin::ActorPeer),
-            "self": count(Origin::Own),
-            "other_peer": count(Origin::OtherPeer),
-        })
+        Origins { actor_peer: count(Origin::ActorPeer), own: count(Origin::Own), other_peer: count(Origin::OtherPeer) }
     }
 }
 
@@ -260,7 +255,7 @@ pub fn gather(
                 lists.push(searcher.search(&other_peers_scope(identity, None, params.limit), None));
             }
             let mut all = merge(lists);
-            out.searched.insert("all".into(), json!(all.len()));
+            out.searched.0.push(("all", all.len()));
             sort(&mut all);
             all.truncate(params.limit);
             out.candidates = all;
@@ -274,7 +269,7 @@ pub fn gather(
                     lists.push(searcher.search(&other_peers_scope(identity, Some(bucket), quota), Some(bucket)));
                 }
                 let mut found = merge(lists);
-                out.searched.insert(bucket.as_str().into(), json!(found.len()));
+                out.searched.0.push((bucket.as_str(), found.len()));
                 sort(&mut found);
                 found.truncate(quota);
                 buckets.push(found);

@@ -1,16 +1,18 @@
-//! Context assembly (CONTRACT §7): candidates → exclusion → plan → reads →
+//! Context assembly: candidates → exclusion → plan → reads →
 //! render → budget. Providers produce [`candidate::Candidate`]s (search hits
 //! in [`gather`]); the planner ([`plan`]) is pure; [`read`] fetches only
 //! what the plan places at `overview` or `full`; [`render`] writes the
 //! block. [`assemble`] runs the line for one request.
 
-use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
 
-use crate::api::error::ApiError;
+use serde::{Serialize, Serializer};
+
 use crate::app::App;
 use crate::embed::EmbedError;
+use crate::find::RetrievalError;
 use crate::identity::Identity;
-use crate::index::{Exclusion, IndexSnapshot};
+use crate::index::{Category, Exclusion, IndexSnapshot};
 use crate::tokens::estimate_tokens;
 
 pub mod bootstrap;
@@ -22,10 +24,12 @@ pub mod read;
 pub mod render;
 
 use candidate::Candidate;
-use params::{AssembleParams, Tier};
+use params::{AssembleParams, Detail, PeerScope, Quotas, Tier};
 use render::EntryView;
 
-/// One served entry.
+/// One served entry. Serialises as the response's `entries[]` item
+/// (`Entry` in `infra/openapi.json`): `uri`, `category`, `score` (0 when
+/// not finite), `detail` (the tier), `text`, `origin`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
     /// The candidate it shows.
@@ -46,23 +50,160 @@ impl Entry {
             text: &self.text,
         }
     }
+}
 
-    /// As the response's `entries[]` item.
-    #[must_use]
-    pub fn to_json(&self) -> Value {
-        json!({
-            "uri": self.candidate.uri.as_str(),
-            "category": self.candidate.category.as_str(),
-            "score": finite(self.candidate.score),
-            "detail": self.tier.as_str(),
-            "text": self.text,
-            "origin": self.candidate.origin.as_str(),
-        })
+/// The wire form of an [`Entry`].
+#[derive(Serialize)]
+struct EntryItem<'a> {
+    uri: &'a str,
+    category: &'static str,
+    score: f64,
+    detail: &'static str,
+    text: &'a str,
+    origin: &'static str,
+}
+
+impl Serialize for Entry {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        EntryItem {
+            uri: self.candidate.uri.as_str(),
+            category: self.candidate.category.as_str(),
+            score: finite(self.candidate.score),
+            detail: self.tier.as_str(),
+            text: &self.text,
+            origin: self.candidate.origin.as_str(),
+        }
+        .serialize(serializer)
     }
 }
 
 fn finite(x: f64) -> f64 {
     if x.is_finite() { x } else { 0.0 }
+}
+
+/// Counts (or other values) under names, serialised as an object whose
+/// keys keep this order (`stats.searched`, `stats.slots`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Named<T>(pub Vec<(&'static str, T)>);
+
+impl<T: Serialize> Serialize for Named<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(name, value)| (*name, value)))
+    }
+}
+
+/// A map by category, serialised with the categories' wire names as keys
+/// (in the categories' order).
+fn by_category<S: Serializer, T: Serialize>(map: &BTreeMap<Category, T>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(map.iter().map(|(c, v)| (c.as_str(), v)))
+}
+
+/// [`by_category`] or `null`.
+fn by_category_or_null<S: Serializer>(map: &Option<Quotas>, serializer: S) -> Result<S::Ok, S::Error> {
+    match map {
+        Some(map) => by_category(map, serializer),
+        None => serializer.serialize_none(),
+    }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// Entries per tier, as `stats.tier_counts` (tiers with none left out).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TierCounts {
+    /// Entries at `full`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub full: usize,
+    /// Entries at `overview`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub overview: usize,
+    /// Entries at `abstract`.
+    #[serde(rename = "abstract", skip_serializing_if = "is_zero")]
+    pub abstract_: usize,
+    /// Bare URIs.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub uri: usize,
+}
+
+impl TierCounts {
+    /// The counts of `entries`.
+    #[must_use]
+    pub fn of(entries: &[Entry]) -> Self {
+        let count = |tier: Tier| entries.iter().filter(|e| e.tier == tier).count();
+        Self {
+            full: count(Tier::Full),
+            overview: count(Tier::Overview),
+            abstract_: count(Tier::Abstract),
+            uri: count(Tier::Uri),
+        }
+    }
+}
+
+/// Candidates per origin, as `stats.origins`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Origins {
+    /// The acting peer's.
+    pub actor_peer: usize,
+    /// The caller's own (and the shared roots').
+    #[serde(rename = "self")]
+    pub own: usize,
+    /// Other peers'.
+    pub other_peer: usize,
+}
+
+/// What the assembly line reports: the first part of `stats` in context
+/// mode (`ContextStats` in `infra/openapi.json`), in the wire's key order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct AssemblyStats {
+    /// Hits per search (`all` in flat retrieval, else per bucket), before
+    /// quotas or limit.
+    pub searched: Named<usize>,
+    /// Candidates kept for the planner.
+    pub candidates: usize,
+    /// Hits left out by `exclude_uris` or the ledger.
+    pub excluded: usize,
+    /// Candidates per origin.
+    pub origins: Origins,
+    /// Whose memories took part.
+    pub peer_scope: PeerScope,
+    /// The quotas of bucketed retrieval (`null`: flat).
+    #[serde(serialize_with = "by_category_or_null")]
+    pub quotas: Option<Quotas>,
+    /// The budget.
+    pub max_tokens: usize,
+    /// Tokens of the rendered block (0 when not rendered); at most
+    /// `max_tokens`.
+    pub used_tokens: usize,
+    /// The planner's per-entry cap.
+    pub per_entry_cap: usize,
+    /// Entries served.
+    pub returned: usize,
+    /// Candidates that fit at no tier (or fell out at the budget guard).
+    pub dropped: usize,
+    /// Candidates whose content repeated an earlier one.
+    pub deduped: usize,
+    /// The tier selection (`null` for `auto`).
+    pub detail: Detail,
+    /// Entries per tier.
+    pub tier_counts: TierCounts,
+    /// The planner's upgrade counts.
+    pub fill: plan::Fill,
+    /// The purpose preset, if one was used (`null` otherwise).
+    pub purpose: Option<String>,
+    /// The score threshold searched with.
+    pub score_threshold: f64,
+    /// Penalties of other peers' hits, per category.
+    #[serde(serialize_with = "by_category")]
+    pub other_peer_penalties: BTreeMap<Category, f64>,
+    /// Bytes of the bodies read.
+    pub bytes_read: u64,
+    /// Reads made.
+    pub reads: usize,
+    /// Reads that failed (at most 5; absent when none did).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub retrieval_errors: Vec<String>,
 }
 
 /// The assembled block and its accounting.
@@ -72,20 +213,8 @@ pub struct Assembled {
     pub entries: Vec<Entry>,
     /// The rendered block (empty when rendering was not asked for).
     pub rendered: String,
-    /// The statistics the assembly line reports (see [`assemble`]).
-    pub stats: Map<String, Value>,
-}
-
-/// Entries per tier, as `stats.tier_counts` (tiers with none left out).
-pub(crate) fn tier_counts(entries: &[Entry]) -> Value {
-    let mut counts = Map::new();
-    for tier in [Tier::Full, Tier::Overview, Tier::Abstract, Tier::Uri] {
-        let n = entries.iter().filter(|e| e.tier == tier).count();
-        if n > 0 {
-            counts.insert(tier.as_str().into(), json!(n));
-        }
-    }
-    Value::Object(counts)
+    /// What the assembly line did (see [`assemble`]).
+    pub stats: AssemblyStats,
 }
 
 /// Renders `entries` and drops depth until the block fits: while the
@@ -112,25 +241,20 @@ pub(crate) fn render_within(entries: &mut Vec<Entry>, max_tokens: usize) -> (Str
 /// Runs the assembly line for `identity` over `params.queries`, leaving out
 /// `exclusion` (the request's `exclude_uris` and the ledger's cooled URIs).
 ///
-/// Stats keys: `searched`, `candidates`, `excluded`, `origins`,
-/// `peer_scope`, `quotas`, `max_tokens`, `used_tokens`, `per_entry_cap`,
-/// `returned`, `dropped`, `deduped`, `detail`, `tier_counts`, `fill`,
-/// `purpose`, `score_threshold`, `other_peer_penalties`, `bytes_read`,
-/// `reads`, and `retrieval_errors` when a read failed. `used_tokens ≤
-/// max_tokens` always.
+/// Its stats are [`AssemblyStats`]; `used_tokens ≤ max_tokens` always.
 ///
 /// Cost: one embedding call for all queries, one search per scope and
 /// query, one read per entry at `overview` or `full` (8 at a time).
 ///
 /// # Errors
-/// 503 when the embedder or store fails, or the index was built by another
+/// When the embedder or store fails, or the index was built by another
 /// embedder.
 pub async fn assemble(
     app: &App,
     identity: &Identity,
     params: &AssembleParams,
     exclusion: &Exclusion,
-) -> Result<Assembled, ApiError> {
+) -> Result<Assembled, RetrievalError> {
     // The index revalidation (a store round trip) and the query embedding
     // (CPU) overlap.
     let texts: Vec<&str> = params.queries.iter().map(String::as_str).collect();
@@ -147,7 +271,8 @@ pub async fn assemble(
 /// Cost: as [`assemble`] without the revalidation and the embedding.
 ///
 /// # Errors
-/// 503 when the store fails.
+/// None today (reads that fail are reported in `retrieval_errors`); the
+/// signature leaves room for a store failure.
 pub async fn assemble_over(
     app: &App,
     identity: &Identity,
@@ -155,7 +280,7 @@ pub async fn assemble_over(
     exclusion: &Exclusion,
     snapshot: &IndexSnapshot,
     vectors: Vec<Vec<f32>>,
-) -> Result<Assembled, ApiError> {
+) -> Result<Assembled, RetrievalError> {
     assemble_with(app, identity, params, exclusion, snapshot, Ok(vectors)).await
 }
 
@@ -166,7 +291,7 @@ async fn assemble_with(
     exclusion: &Exclusion,
     snapshot: &IndexSnapshot,
     vectors: Result<Vec<Vec<f32>>, EmbedError>,
-) -> Result<Assembled, ApiError> {
+) -> Result<Assembled, RetrievalError> {
     let gathered = if snapshot.is_empty() || params.queries.is_empty() {
         gather::Gathered::default()
     } else {
@@ -191,49 +316,28 @@ async fn assemble_with(
     let (rendered, used) = render_within(&mut entries, params.max_tokens);
     let (rendered, used) = if params.render { (rendered, used) } else { (String::new(), 0) };
 
-    let mut stats = Map::new();
-    let mut put = |k: &str, v: Value| {
-        stats.insert(k.to_owned(), v);
+    let stats = AssemblyStats {
+        searched: gathered.searched.clone(),
+        candidates: candidates.len(),
+        excluded: gathered.excluded,
+        origins: gathered.origins(),
+        peer_scope: params.peer_scope,
+        quotas: params.quotas.clone(),
+        max_tokens: params.max_tokens,
+        used_tokens: used,
+        per_entry_cap: planned.per_entry_cap,
+        returned: entries.len(),
+        dropped: planned.dropped + planned.entries.len() - entries.len(),
+        deduped: planned.deduped,
+        detail: params.detail.clone(),
+        tier_counts: TierCounts::of(&entries),
+        fill: planned.fill,
+        purpose: params.purpose.clone(),
+        score_threshold: params.score_threshold,
+        other_peer_penalties: params.penalties.clone(),
+        bytes_read: reads.bytes_read,
+        reads: reads.reads,
+        retrieval_errors: reads.errors,
     };
-    put("searched", Value::Object(gathered.searched.clone()));
-    put("candidates", json!(candidates.len()));
-    put("excluded", json!(gathered.excluded));
-    put("origins", gathered.origins());
-    put("peer_scope", json!(params.peer_scope.as_str()));
-    put(
-        "quotas",
-        params
-            .quotas
-            .as_ref()
-            .map_or(Value::Null, |q| Value::Object(q.iter().map(|(c, n)| (c.as_str().to_owned(), json!(n))).collect())),
-    );
-    put("max_tokens", json!(params.max_tokens));
-    put("used_tokens", json!(used));
-    put("per_entry_cap", json!(planned.per_entry_cap));
-    put("returned", json!(entries.len()));
-    put("dropped", json!(planned.dropped + planned.entries.len() - entries.len()));
-    put("deduped", json!(planned.deduped));
-    put("detail", params.detail.to_json());
-    put("tier_counts", tier_counts(&entries));
-    put(
-        "fill",
-        json!({
-            "floor_tokens": planned.fill.floor_tokens,
-            "overview_upgrades": planned.fill.overview_upgrades,
-            "full_upgrades": planned.fill.full_upgrades,
-            "spare_upgrades": planned.fill.spare_upgrades,
-        }),
-    );
-    put("purpose", params.purpose.as_ref().map_or(Value::Null, |p| json!(p)));
-    put("score_threshold", json!(params.score_threshold));
-    put(
-        "other_peer_penalties",
-        Value::Object(params.penalties.iter().map(|(c, p)| (c.as_str().to_owned(), json!(p))).collect()),
-    );
-    put("bytes_read", json!(reads.bytes_read));
-    put("reads", json!(reads.reads));
-    if !reads.errors.is_empty() {
-        put("retrieval_errors", json!(reads.errors));
-    }
     Ok(Assembled { entries, rendered, stats })
 }

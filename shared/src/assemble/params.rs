@@ -1,10 +1,10 @@
 //! Context-mode parameters as domain types, with their defaults and the
-//! built-in purpose presets (CONTRACT §7). The request parser fills these;
-//! everything downstream takes them as given.
+//! built-in purpose presets. The request parser fills these; everything
+//! downstream takes them as given.
 
 use std::collections::BTreeMap;
 
-use serde_json::{Value, json};
+use serde::{Serialize, Serializer};
 
 use crate::config::PurposeProfileConfig;
 use crate::index::Category;
@@ -87,16 +87,16 @@ impl Detail {
             Self::PerCategory(map) => map.get(&category).copied(),
         }
     }
+}
 
-    /// As `stats.detail`: `null`, a tier name, or an object.
-    #[must_use]
-    pub fn to_json(&self) -> Value {
+/// As `stats.detail`: `null` for `auto`, a tier name, or an object of tier
+/// names by category.
+impl Serialize for Detail {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
-            Self::Auto => Value::Null,
-            Self::Pin(t) => json!(t.as_str()),
-            Self::PerCategory(map) => {
-                Value::Object(map.iter().map(|(c, t)| (c.as_str().to_owned(), json!(t.as_str()))).collect())
-            }
+            Self::Auto => serializer.serialize_none(),
+            Self::Pin(t) => serializer.serialize_str(t.as_str()),
+            Self::PerCategory(map) => serializer.collect_map(map.iter().map(|(c, t)| (c.as_str(), t.as_str()))),
         }
     }
 }
@@ -119,6 +119,13 @@ impl PeerScope {
             Self::All => "all",
             Self::Actor => "actor",
         }
+    }
+}
+
+/// As its wire name.
+impl Serialize for PeerScope {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
     }
 }
 
@@ -155,7 +162,7 @@ pub struct PurposeProfile {
     pub events_budget_share: Option<f64>,
 }
 
-/// The built-in presets (the RFC's table): `chat` and `coding`.
+/// The built-in presets: `chat` and `coding`.
 #[must_use]
 pub fn builtin_purpose(name: &str) -> Option<PurposeProfile> {
     let (numbers, share): ([usize; 6], f64) = match name {
@@ -271,7 +278,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn presets_are_the_rfc_table_with_every_bucket_at_least_one() {
+    fn presets_are_the_documented_table_with_every_bucket_at_least_one() {
         let coding = builtin_purpose("coding").expect("coding");
         assert_eq!(coding.quotas.get(&Category::Resources), Some(&8));
         assert_eq!(coding.events_budget_share, Some(0.40));
@@ -311,7 +318,8 @@ mod tests {
     fn tiers_order_by_cost() {
         assert!(Tier::Uri < Tier::Abstract && Tier::Abstract < Tier::Overview && Tier::Overview < Tier::Full);
         assert_eq!(Tier::parse_pinnable("uri"), None);
-        assert_eq!(Detail::Pin(Tier::Full).to_json(), json!("full"));
-        assert_eq!(Detail::Auto.to_json(), Value::Null);
+        let json = |d: &Detail| serde_json::to_value(d).expect("serialisable");
+        assert_eq!(json(&Detail::Pin(Tier::Full)), serde_json::json!("full"));
+        assert_eq!(json(&Detail::Auto), serde_json::Value::Null);
     }
 }

@@ -33,7 +33,7 @@ pub struct Planned {
 }
 
 /// Upgrade counts, as `stats.fill`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Fill {
     /// Tokens after round 0 (every entry at its floor).
     pub floor_tokens: usize,

@@ -1,4 +1,4 @@
-//! Query expansion (CONTRACT §9, RFC §3.2 L1): one bounded call that reads
+//! Query expansion: one bounded call that reads
 //! the session's context — its latest archive overview and last messages —
 //! and plans at most [`MAX_PLANNED`] extra queries. The original query is
 //! always kept first. The prompt and the parsing are pure; only
@@ -6,7 +6,8 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde::{Serialize, Serializer};
+use serde_json::Value;
 
 use super::{ChatModel, ChatRequest, cut_chars, prompt_query};
 
@@ -77,8 +78,15 @@ impl ExpansionStatus {
     }
 }
 
+/// As its wire name ([`ExpansionStatus::as_str`]).
+impl Serialize for ExpansionStatus {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
 /// One planned query, as the reference's `query_plan.queries[]`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlannedQuery {
     /// The query text.
     pub query: String,
@@ -91,29 +99,15 @@ pub struct PlannedQuery {
     pub priority: i64,
 }
 
-/// The planner's answer after normalisation.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// The planner's answer after normalisation; serialises as the
+/// reference's `query_plan` object (`QueryPlan` in `infra/openapi.json`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct QueryPlan {
     /// The planner's one-line reasoning.
     pub reasoning: String,
     /// Distinct planned queries, none equal to the original, at most
     /// [`MAX_PLANNED`].
     pub queries: Vec<PlannedQuery>,
-}
-
-impl QueryPlan {
-    /// The reference's `query_plan` object.
-    #[must_use]
-    pub fn to_json(&self) -> Value {
-        let queries: Vec<Value> = self
-            .queries
-            .iter()
-            .map(|q| {
-                json!({"query": q.query, "context_type": q.context_type, "intent": q.intent, "priority": q.priority})
-            })
-            .collect();
-        json!({ "reasoning": self.reasoning, "queries": queries })
-    }
 }
 
 /// What the stage produced.

@@ -1,4 +1,4 @@
-//! The digest rewrite (CONTRACT §9, RFC §3.2 L3): one bounded call over
+//! The digest rewrite: one bounded call over
 //! the rendered block (plus, with a session, a capped slice of its
 //! context) that condenses it into cited bullets. The prompt and
 //! [`normalize_digest`] are pure; only [`rewrite`] calls the model.
@@ -62,6 +62,13 @@ impl RewriteStatus {
             Self::Timeout => "timeout",
             Self::Empty => "empty",
         }
+    }
+}
+
+/// As its wire name ([`RewriteStatus::as_str`]).
+impl serde::Serialize for RewriteStatus {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
     }
 }
 
