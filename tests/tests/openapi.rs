@@ -47,7 +47,14 @@
 //!    outcomes and the session context) validate against the documented
 //!    response schemas (a small validator for the JSON Schema keywords the
 //!    document uses; `pattern` is not checked).
-//! 5. MCP: `/mcp` answers JSON-RPC, not the envelope. Its real answers —
+//! 5. Types: the library's result types — `ContextResult` with its
+//!    `ContextStats`, `BootstrapResult` with its `BootstrapStats`, list
+//!    mode's `ListResult` (`FindResult` with provenance and a query plan) —
+//!    serialised with every optional part set have exactly the documented
+//!    properties, object by object, recursively; serialised with none set,
+//!    exactly the documented `required` ones; both fit their schemas. The
+//!    `stats` keys the defaults check reads are keys of the types.
+//! 6. MCP: `/mcp` answers JSON-RPC, not the envelope. Its real answers —
 //!    `initialize`, `tools/list`, `tools/call`, `ping`, 2026-07-28's
 //!    `server/discover` and removed methods, notifications, and every
 //!    refusal of the transport — fit the documented status, media type
@@ -77,6 +84,13 @@ use skald_tests::fixture::{
     CONTEXT_CORPUS, Handler, Reply, TempDirs, app_with_config, app_with_corpus, call, call_handler,
 };
 use skald_tests::model_server::{ModelServer, Reply as ModelReply};
+
+/// A typed result serialised as a response carries it.
+macro_rules! typed {
+    ($value:expr) => {
+        serde_json::to_value($value).expect("a result type serialises")
+    };
+}
 
 const QUERY: &str = "kubernetes cluster upgrade";
 /// The session every `{id}` path names.
@@ -1103,6 +1117,13 @@ async fn documented_defaults_are_what_stats_report() {
         ("purpose", "/purpose"),
         ("dedup_turns", "/dedup/turns"),
     ];
+    // Where they are echoed is a key of the types, not a guess.
+    let (context_stats, bootstrap_stats) =
+        (typed!(&context_result(true))["stats"].clone(), typed!(&bootstrap_result()));
+    for (field, pointer) in context_echo {
+        assert!(context_stats.pointer(pointer).is_some(), "{field}: stats{pointer} is not a key of ContextStats");
+    }
+    assert!(bootstrap_stats["stats"].pointer(context_echo[0].1).is_some(), "max_tokens is not a key of BootstrapStats");
     let cases = [
         (SEARCH, json!({ "query": QUERY, "mode": "context" }), &context_echo[..]),
         (SEARCH, json!({ "mode": "bootstrap" }), &context_echo[..1]),
@@ -1651,6 +1672,243 @@ fn every_example_fits_its_schema() {
                 &format!("{} example {label:?}", op.name()),
             ));
         }
+    }
+    assert_none(&failures);
+}
+
+// ---------------------------------------------------------------------------
+// 5. The result and stats types
+// ---------------------------------------------------------------------------
+
+/// One served entry of the typed results.
+fn entry() -> skald::assemble::Entry {
+    use skald::assemble::candidate::{Candidate, Origin};
+    use skald::uri::VikingUri;
+    let uri = VikingUri::parse("viking://resources/runbooks/cluster-upgrade.md").expect("uri");
+    skald::assemble::Entry {
+        candidate: Candidate {
+            dedup_key: uri.to_string(),
+            uri,
+            category: skald::index::Category::Resources,
+            is_directory: false,
+            is_memory: false,
+            score: 0.8,
+            rank_score: 0.8,
+            origin: Origin::Own,
+            abstract_text: "Steps.".into(),
+            abstract_tokens: 3,
+            overview_tokens: None,
+            full_tokens: Some(40),
+        },
+        tier: skald::assemble::params::Tier::Full,
+        text: "Steps for a kubernetes cluster upgrade.".into(),
+    }
+}
+
+/// A context-mode result with every optional part of its stats set
+/// (`full`) or none (`!full`).
+fn context_result(full: bool) -> skald::pipeline::ContextResult {
+    use skald::assemble::params::{Detail, PeerScope, Tier, default_penalties};
+    use skald::assemble::{AssemblyStats, Named, Origins, TierCounts};
+    use skald::index::Category;
+    use skald::ledger::DedupStatus;
+    use skald::llm::Usage;
+    use skald::llm::expansion::ExpansionStatus;
+    use skald::llm::rewrite::RewriteStatus;
+    use skald::pipeline::{ContextResult, ContextStats, Deprecation, SuccessorBody};
+    let some = |text: &str| full.then(|| text.to_owned());
+    let assembly = AssemblyStats {
+        searched: Named(vec![("events", 3), ("resources", 2)]),
+        candidates: 5,
+        excluded: 1,
+        origins: Origins { actor_peer: 1, own: 3, other_peer: 1 },
+        peer_scope: PeerScope::All,
+        quotas: full.then(|| [(Category::Events, 4), (Category::Resources, 2)].into()),
+        max_tokens: 1600,
+        used_tokens: 420,
+        per_entry_cap: 400,
+        returned: 4,
+        dropped: 1,
+        deduped: 0,
+        detail: if full { Detail::PerCategory([(Category::Resources, Tier::Abstract)].into()) } else { Detail::Auto },
+        tier_counts: TierCounts { full: 1, overview: 1, abstract_: 1, uri: 1 },
+        fill: skald::assemble::plan::Fill::default(),
+        purpose: some("coding"),
+        score_threshold: 0.35,
+        other_peer_penalties: default_penalties(),
+        bytes_read: 2048,
+        reads: 2,
+        retrieval_errors: if full { vec!["a read failed".into()] } else { Vec::new() },
+    };
+    let stats = ContextStats {
+        assembly,
+        query_expansion: if full { ExpansionStatus::Failed } else { ExpansionStatus::Off },
+        planned_queries: if full { vec!["the seaside dinner".into()] } else { Vec::new() },
+        query_expansion_error: some("the model answered 500"),
+        rewrite: if full { RewriteStatus::Ok } else { RewriteStatus::Off },
+        rewrite_usage: full.then_some(Usage { prompt_tokens: 321, completion_tokens: 54 }),
+        rewrite_error: some("the model answered late"),
+        dedup: DedupStatus { turns: 5, status: "ok", cooled: 2, turn: full.then_some(7) },
+        ignored: if full { vec!["level", "limit"] } else { Vec::new() },
+        deprecated: full.then(|| Deprecation {
+            endpoint: "/api/v1/search/recall",
+            successor: "/api/v1/search/search",
+            successor_body: SuccessorBody { mode: "context" },
+            aliases_used: vec!["max_chars"],
+        }),
+    };
+    ContextResult { entries: vec![entry()], rendered: "<memory/>".into(), digest: String::new(), stats }
+}
+
+/// A bootstrap result with every slot.
+fn bootstrap_result() -> skald::pipeline::BootstrapResult {
+    use skald::assemble::bootstrap::{BootstrapStats, InstructionsStats, Manifest, SlotStats, instructions_hash};
+    use skald::assemble::{Named, TierCounts};
+    let manifest = Manifest::default();
+    let slots = manifest.slots.iter().map(|(slot, _)| (slot.as_str(), SlotStats { entries: 1, tokens: 9 }));
+    skald::pipeline::BootstrapResult {
+        entries: vec![entry()],
+        rendered: "<memory/>".into(),
+        digest: String::new(),
+        stats: BootstrapStats {
+            mode: "bootstrap",
+            slots: Named(slots.collect()),
+            max_tokens: 1600,
+            used_tokens: 45,
+            returned: 5,
+            dropped: 0,
+            tier_counts: TierCounts { full: 5, ..TierCounts::default() },
+            instructions: InstructionsStats {
+                version: skald::assemble::bootstrap::INSTRUCTIONS_VERSION,
+                content_hash: instructions_hash(),
+            },
+            bytes_read: 100,
+            reads: 1,
+        },
+    }
+}
+
+/// A list-mode result with every optional part set (`full`) or none.
+fn list_result(full: bool) -> skald::pipeline::ListResult {
+    use skald::find::{FindItem, FindResult, MatchedContext, Provenance};
+    use skald::llm::expansion::{PlannedQuery, QueryPlan};
+    let item = FindItem {
+        context_type: "resource",
+        uri: "viking://resources/runbooks/cluster-upgrade.md".into(),
+        level: 2,
+        score: 0.8,
+        abstract_text: "Steps.".into(),
+        tags: vec!["k=v".into()],
+        origin_score: full.then_some(0.9),
+        time_score: full.then_some(0.9),
+        content: full.then(|| "Steps for a kubernetes cluster upgrade.".into()),
+    };
+    let provenance = Provenance {
+        query: "kubernetes".into(),
+        searched_directories: vec!["viking://resources".into()],
+        matched_contexts: vec![MatchedContext {
+            uri: item.uri.clone(),
+            tier: "L2".into(),
+            context_type: "resource",
+            score: 0.8,
+            match_reason: "",
+        }],
+    };
+    let plan = QueryPlan {
+        reasoning: "the dinner".into(),
+        queries: vec![PlannedQuery {
+            query: "the seaside dinner".into(),
+            context_type: "memory",
+            intent: "the dinner's memory".into(),
+            priority: 1,
+        }],
+    };
+    skald::pipeline::ListResult {
+        found: FindResult {
+            memories: Vec::new(),
+            resources: vec![item],
+            skills: Vec::new(),
+            total: 1,
+            provenance: full.then(|| vec![provenance]),
+        },
+        query_plan: full.then_some(plan),
+    }
+}
+
+/// Where, object by object, the keys of `value` are not `want(schema)`:
+/// with `want` the documented properties (for a fully set value) or the
+/// required ones (for a minimal one). Follows `$ref`s, the `oneOf` option
+/// `value` fits, array items and map values.
+fn key_drift(doc: &Value, schema: &Value, value: &Value, at: &str, required: bool, out: &mut Vec<String>) {
+    let schema = resolve(doc, schema);
+    if let Some(options) = schema.get("oneOf").and_then(Value::as_array) {
+        if let Some(option) = options.iter().find(|o| fits(doc, o, value, at).is_empty()) {
+            key_drift(doc, option, value, at, required, out);
+        }
+        return;
+    }
+    match value {
+        Value::Object(map) => {
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                let served: BTreeSet<String> = map.keys().cloned().collect();
+                // An object without `required` (bootstrap's slots) leaves
+                // every key optional: only a fully set value is compared.
+                let documented: Option<BTreeSet<String>> = if required {
+                    schema
+                        .get("required")
+                        .and_then(Value::as_array)
+                        .map(|keys| keys.iter().filter_map(Value::as_str).map(String::from).collect())
+                } else {
+                    Some(props.keys().cloned().collect())
+                };
+                let (undocumented, unserved) =
+                    documented.map_or_else(Default::default, |documented| difference(&served, &documented));
+                if !undocumented.is_empty() || !unserved.is_empty() {
+                    let what = if required { "required" } else { "documented" };
+                    out.push(format!(
+                        "{at}: the type serialises {undocumented:?} that are not {what}, and not {unserved:?} that are"
+                    ));
+                }
+                for (key, v) in map {
+                    if let Some(s) = props.get(key) {
+                        key_drift(doc, s, v, &format!("{at}.{key}"), required, out);
+                    }
+                }
+            } else if let Some(s) = schema.get("additionalProperties").filter(|s| s.is_object()) {
+                for (key, v) in map {
+                    key_drift(doc, s, v, &format!("{at}.{key}"), required, out);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(s) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    key_drift(doc, s, item, &format!("{at}[{i}]"), required, out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn result_and_stats_types_are_the_documented_schemas() {
+    let doc = doc();
+    let schema = |name: &str| doc["components"]["schemas"][name].clone();
+    let mut failures = Vec::new();
+    let cases = [
+        ("ContextResult", "ContextResult (every optional part)", typed!(&context_result(true)), false),
+        ("ContextResult", "ContextResult (no optional part)", typed!(&context_result(false)), true),
+        ("BootstrapResult", "BootstrapResult", typed!(&bootstrap_result()), false),
+        ("BootstrapResult", "BootstrapResult (required)", typed!(&bootstrap_result()), true),
+        ("FindResult", "ListResult (every optional part)", typed!(&list_result(true)), false),
+        ("FindResult", "ListResult (no optional part)", typed!(&list_result(false)), true),
+    ];
+    for (name, label, value, required) in cases {
+        let schema = schema(name);
+        assert!(schema.is_object(), "components.schemas.{name} is not documented");
+        failures.extend(fits(&doc, &schema, &value, label));
+        key_drift(&doc, &schema, &value, label, required, &mut failures);
     }
     assert_none(&failures);
 }
