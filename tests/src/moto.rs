@@ -2,7 +2,7 @@
 //!
 //! [`s3_store`] gives each test a store on its own fresh bucket; [`endpoint`]
 //! and [`store_at`] give the server itself and a store on a bucket of one's
-//! choosing (the bench binaries use them). The server is
+//! choosing (the benches of `skald-bench` use them). The server is
 //! `SKALD_TEST_S3_ENDPOINT` when that is set (for example
 //! `http://127.0.0.1:5005` from `python3 tests/s3_server.py 5005`);
 //! otherwise this module starts `tests/s3_server.py` (moto, serving one
