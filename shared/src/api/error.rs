@@ -1,5 +1,5 @@
-//! The one place library errors become HTTP responses (CONTRACT §2): the
-//! reference's envelope, codes and statuses.
+//! The one place library errors become HTTP responses (`Error` in
+//! `infra/openapi.json`): the reference's envelope, codes and statuses.
 
 use serde::Serialize;
 use serde_json::{Value, json};
