@@ -449,7 +449,7 @@ impl ModelConfig {
     }
 }
 
-/// Retrieval stage settings (CONTRACT §9).
+/// Retrieval stage settings.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetrievalConfig {

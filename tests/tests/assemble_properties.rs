@@ -1,4 +1,4 @@
-//! Properties of the pure parts of context assembly (CONTRACT §7 and §10):
+//! Properties of the pure parts of context assembly:
 //!
 //! - the planner ([`skald::assemble::plan::plan`]) over arbitrary candidate
 //!   sets, budgets and `detail` requests: it never plans past the budget,
@@ -373,7 +373,7 @@ fn pinned_tier(c: &Candidate, detail: &Detail) -> Option<Tier> {
 }
 
 /// Whether every tier of `c` that has text costs strictly more than the
-/// one below it (as CONTRACT §7 step 3 assumes of real nodes). Then an
+/// one below it (as the planner assumes of real nodes). Then an
 /// upgrade only ever spends budget, never frees it.
 fn costs_increase(c: &Candidate) -> bool {
     let costs: Vec<usize> = [Tier::Uri, Tier::Abstract, Tier::Overview, Tier::Full]
@@ -384,7 +384,7 @@ fn costs_increase(c: &Candidate) -> bool {
     costs.windows(2).all(|w| w[0] < w[1])
 }
 
-/// How the plan fills the budget (CONTRACT §7, step 3):
+/// How the plan fills the budget:
 ///
 /// - a pinned entry sits at its pin (or the best tier below it with text);
 /// - a candidate is dropped only when, at its turn in round 0, it no
@@ -750,7 +750,7 @@ fn a_tight_auto_plan_keeps_uris_and_a_pinned_plan_drops_instead() {
 // the render round trip check, each named for the contract rule it holds
 // the library to.
 
-/// CONTRACT §7 step 3: `uri` "is the state of an entry that fits at no
+/// The planner's rule: `uri` "is the state of an entry that fits at no
 /// other tier". An entry without an abstract (a directory whose
 /// `.abstract.md` is empty but whose `.overview.md` is not; a memory whose
 /// abstract is empty) must still reach a tier that fits.
@@ -765,7 +765,7 @@ fn an_entry_without_an_abstract_still_reaches_a_tier_that_fits() {
     assert_eq!(tiers, [(0, Tier::Overview), (1, Tier::Full)], "{p:?}");
 }
 
-/// CONTRACT §7 step 3: round 0 puts every entry at `abstract`, and `uri`
+/// The planner's rule: round 0 puts every entry at `abstract`, and `uri`
 /// is only for an entry that fits at no other tier. A 400-byte CJK
 /// abstract (200 tokens, the most ingest writes) among 21 candidates is
 /// over the per-entry cap (1600 / 21 * 2 = 152) but fits the budget many
@@ -816,7 +816,7 @@ fn assert_abstract_shown(cs: &[Candidate], at: usize, max_tokens: usize) {
     );
 }
 
-/// CONTRACT §7 step 5: the block is well-formed XML and a parser recovers
+/// The block is well-formed XML and a parser recovers
 /// every entry's URI exactly. `VikingUri` accepts U+FFFE and U+FFFF (they
 /// are not control characters), which XML 1.0 cannot hold: either the URI
 /// is rejected, or it must still render as well-formed XML.

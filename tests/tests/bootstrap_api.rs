@@ -1,5 +1,5 @@
 //! `POST /api/v1/search/bootstrap` (and `/search` with `mode="bootstrap"`)
-//! end to end through the Lambda edge (CONTRACT §11, RFC §3.6): the
+//! end to end through the Lambda edge: the
 //! session-start block assembled from the slot manifest — `instructions`,
 //! `identity`, `listing`, `working_state`, `continuity`, in that order —
 //! within `max_tokens`, with no model and no semantic search.

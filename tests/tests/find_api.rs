@@ -3,7 +3,7 @@
 //! Gateway v2 request context carrying JWT claims), runs it through
 //! `skald_lambda::serve` into `skald::api::find::handle` over an ingested
 //! fixture corpus, and asserts on the `lambda_http::Response`: status and
-//! JSON envelope (CONTRACT §2, §3, §5; the reference's `FindRequest` /
+//! JSON envelope (the reference's `FindRequest` /
 //! `FindResult` and `tests/server/test_api_search.py`).
 //!
 //! Bad input is a data-driven table, `tests/fixtures/find/bad_requests.json`:
@@ -540,7 +540,7 @@ async fn scores_are_in_the_unit_interval_and_ranked_across_the_lists() {
 
 /// A query equal to a record's embedded text has cosine 1 up to `f32`
 /// rounding, which can land just above 1: the score must still be in
-/// [0, 1] (CONTRACT §5).
+/// [0, 1].
 #[tokio::test]
 async fn an_exact_match_scores_at_most_one() {
     let embedder = HashedEmbedder::new(EMBED_DIMENSION);

@@ -1,4 +1,4 @@
-//! Golden files of the rendered context block (CONTRACT §7): the real
+//! Golden files of the rendered context block: the real
 //! assembly line ([`skald::assemble::assemble`]) over small fixed corpora
 //! ingested into a temporary [`LocalStore`] with a deterministic
 //! [`HashedEmbedder`], each `rendered` compared byte for byte with

@@ -1,5 +1,5 @@
 //! The two LLM stages — query expansion and the digest rewrite — and the
-//! request deadline, end to end through the Lambda edge (CONTRACT §9):
+//! request deadline, end to end through the Lambda edge:
 //! Skald's real OpenAI-compatible client (and, once, its Bedrock Converse
 //! client) talks over real HTTP to a [`ModelServer`] started inside each
 //! test, scripted per stage by the marker phrase of its system prompt.

@@ -1,6 +1,6 @@
 //! `POST /api/v1/search/recall` and the session dedup ledger end to end
-//! through the Lambda edge (CONTRACT §8, §11; the reference's
-//! `recall_preset.py` §2.2.9, `ledger.py` §2.2.8 and
+//! through the Lambda edge (the reference's
+//! `recall_preset.py`, `ledger.py` and
 //! `tests/server/test_recall_endpoint.py`).
 //!
 //! - The ledger over real turns: a session whose user messages advance the
@@ -28,7 +28,7 @@ use skald_tests::fixture::{
 
 const QUERY: &str = "kubernetes cluster upgrade";
 
-/// The coding preset's quotas (CONTRACT §7).
+/// The coding preset's quotas.
 fn coding_quotas() -> Value {
     json!({"events": 4, "entities": 6, "preferences": 2, "experiences": 4, "resources": 8, "skills": 6})
 }

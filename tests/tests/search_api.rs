@@ -2,7 +2,7 @@
 //! test builds a `lambda_http::Request`, runs it through
 //! `skald_lambda::serve` into `skald::api::search::handle` over an ingested
 //! fixture corpus (a temporary local store, the hashed n-gram embedder), and
-//! asserts on the `lambda_http::Response` (CONTRACT §2, §6, §7, §12; the
+//! asserts on the `lambda_http::Response` (the
 //! reference's `SearchRequest`, `AssembleResult.to_dict` and
 //! `tests/server/test_api_search_context.py`,
 //! `tests/retrieve/test_context_assembler_pipeline.py`,
@@ -44,7 +44,7 @@ const QUERY: &str = "kubernetes cluster upgrade";
 const RESULT_KEYS: [&str; 4] = ["entries", "rendered", "digest", "stats"];
 /// The keys of one entry, in the reference's order.
 const ENTRY_KEYS: [&str; 6] = ["uri", "category", "score", "detail", "text", "origin"];
-/// Every stats key context mode must report (CONTRACT §7).
+/// Every stats key context mode must report.
 const STATS_KEYS: [&str; 24] = [
     "searched",
     "candidates",
@@ -705,7 +705,7 @@ async fn the_default_limit_is_ten_and_limit_is_respected() {
 /// A directory is indexed as two records (its `.abstract.md` and
 /// `.overview.md`) but is one node and one entry: `limit` and each quota
 /// count entries, so a directory's second record must not take the place
-/// of another node (CONTRACT §7: "merged by URI (best score), sorted,
+/// of another node (the planner's rule: "merged by URI (best score), sorted,
 /// `limit` applies"; "`quota` per bucket").
 #[tokio::test]
 async fn limit_and_quotas_count_nodes_not_a_directorys_two_records() {
@@ -1159,7 +1159,7 @@ async fn a_big_budget_serves_memories_full_directories_at_overview_and_resources
 /// A memory whose body is one paragraph has the same text at `abstract`
 /// and `full`; at `full` its element is even a token cheaper (the
 /// attribute `detail="full"` is shorter than `detail="abstract"`). With
-/// room to spare it must still reach `full` (CONTRACT §7: memories may
+/// room to spare it must still reach `full` (the planner's rule: memories may
 /// reach `full`; round 2 lifts files "only if it still fits" — it does),
 /// or a client reads `detail="abstract"` and fetches a body it already has.
 #[tokio::test]

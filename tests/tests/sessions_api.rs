@@ -1,5 +1,5 @@
-//! The `sessions` routes end to end through the Lambda edge (CONTRACT §8;
-//! the reference's `openviking/server/routers/sessions.py`, §4.1): each test
+//! The `sessions` routes end to end through the Lambda edge (the
+//! reference's `openviking/server/routers/sessions.py`): each test
 //! builds a `lambda_http::Request`, runs it through `skald_lambda::serve`
 //! into `skald::api::sessions::handle`, and checks the answer and what the
 //! store holds afterwards (`meta.json` and `messages/{seq:010}.json` under

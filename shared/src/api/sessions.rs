@@ -1,4 +1,4 @@
-//! The `sessions` routes (CONTRACT §8), shapes as the reference:
+//! The `sessions` routes, shapes as the reference:
 //!
 //! - `POST /api/v1/sessions` — create (an id may be given; else one is made)
 //! - `POST /api/v1/sessions/{id}/messages` — append one (creates the session)

@@ -1,4 +1,4 @@
-//! The rendered block (CONTRACT §7): one flat `<memory>` element per entry,
+//! The rendered block: one flat `<memory>` element per entry,
 //! metadata as attributes, the text as escaped element content, entries
 //! joined by `\n`, no wrapper. Written with quick-xml, so the output is
 //! well-formed whatever a body contains, and an XML parser recovers every

@@ -1,4 +1,4 @@
-//! Chat models for the two optional LLM stages (CONTRACT §9): query
+//! Chat models for the two optional LLM stages: query
 //! expansion ([`expansion`]) and the digest rewrite ([`rewrite`]).
 //!
 //! Providers sit behind one trait, [`ChatModel`]: an OpenAI-compatible
