@@ -438,7 +438,7 @@ async fn summarize(
     messages: &[StoredMessage],
 ) -> (crate::sessions::ArchiveSummary, &'static str) {
     use crate::llm::archive::{SUMMARY_CAP, summarize};
-    let model = app.models.planner();
+    let model = app.models.stage_model();
     let reserve = std::time::Duration::from_millis(app.config.retrieval.stage_reserve_ms);
     let budget = admitted.deadline.stage_budget(std::time::Instant::now(), SUMMARY_CAP, reserve);
     summarize(model.as_deref(), messages, budget).await

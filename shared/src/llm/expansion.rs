@@ -57,7 +57,7 @@ impl SessionContext {
 pub enum ExpansionStatus {
     /// Not asked for, no session context, or no model configured.
     Off,
-    /// The planner answered (possibly with no extra query).
+    /// The model answered (possibly with no extra query).
     Used,
     /// The call or its answer failed; the original query alone is used.
     Failed,
@@ -99,11 +99,11 @@ pub struct PlannedQuery {
     pub priority: i64,
 }
 
-/// The planner's answer after normalisation; serialises as the
+/// The expansion model's answer after normalisation; serialises as the
 /// reference's `query_plan` object (`QueryPlan` in `infra/openapi.json`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct QueryPlan {
-    /// The planner's one-line reasoning.
+    /// The model's one-line reasoning.
     pub reasoning: String,
     /// Distinct planned queries, none equal to the original, at most
     /// [`MAX_PLANNED`].

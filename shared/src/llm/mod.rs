@@ -157,13 +157,14 @@ impl ChatModel for Unbuilt {
 }
 
 /// The process's models: the main one (`llm`) and the query planner
-/// (`query_planner`, falling back to the main one). Both stages use the
-/// planner; its client is built on first use.
+/// (`query_planner`, falling back to the main one). Both LLM stages —
+/// query expansion and the digest rewrite — use the query planner when one
+/// is configured, else the main model; its client is built on first use.
 #[derive(Debug, Default)]
 pub struct Models {
-    /// The planner's settings: the dedicated planner, else the main model.
+    /// The stages' model settings: the query planner, else the main model.
     config: Option<ModelConfig>,
-    /// Whether a dedicated planner is configured (`rewrite: "auto"`).
+    /// Whether a query planner is configured (`rewrite: "auto"`).
     dedicated: bool,
     client: OnceLock<Option<Arc<dyn ChatModel>>>,
 }
@@ -188,16 +189,17 @@ impl Models {
         self.config.is_some() || matches!(self.client.get(), Some(Some(_)))
     }
 
-    /// Whether a dedicated query planner is configured (`rewrite: "auto"`).
+    /// Whether a query planner (`query_planner`) is configured: what
+    /// `rewrite: "auto"` needs.
     #[must_use]
-    pub fn has_dedicated_planner(&self) -> bool {
+    pub fn has_query_planner(&self) -> bool {
         self.dedicated
     }
 
-    /// The query-planner client (the dedicated planner, else the main
+    /// The client the LLM stages call (the query planner, else the main
     /// model), built on the first call; `None` when neither is configured.
     #[must_use]
-    pub fn planner(&self) -> Option<Arc<dyn ChatModel>> {
+    pub fn stage_model(&self) -> Option<Arc<dyn ChatModel>> {
         self.client.get_or_init(|| self.config.as_ref().map(client)).clone()
     }
 }
@@ -234,7 +236,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_planner_falls_back_to_the_main_model_and_auto_needs_a_dedicated_one() {
+    fn the_stages_fall_back_to_the_main_model_and_auto_needs_a_query_planner() {
         let main = ModelConfig::Openai {
             base_url: "http://x/v1".into(),
             model: "big".into(),
@@ -244,17 +246,17 @@ mod tests {
         };
         let small = ModelConfig::Bedrock { model_id: "anthropic.haiku".into(), region: None, endpoint_url: None };
         let none = Models::new(None, None);
-        assert!(!none.any() && none.planner().is_none());
+        assert!(!none.any() && none.stage_model().is_none());
         let only_main = Models::new(Some(main.clone()), None);
-        assert!(only_main.any() && !only_main.has_dedicated_planner());
-        assert_eq!(only_main.planner().map(|m| m.id().to_owned()).as_deref(), Some("openai:big"));
+        assert!(only_main.any() && !only_main.has_query_planner());
+        assert_eq!(only_main.stage_model().map(|m| m.id().to_owned()).as_deref(), Some("openai:big"));
         let both = Models::new(Some(main), Some(small));
-        assert!(both.has_dedicated_planner());
-        assert_eq!(both.planner().map(|m| m.id().to_owned()).as_deref(), Some("bedrock:anthropic.haiku"));
+        assert!(both.has_query_planner());
+        assert_eq!(both.stage_model().map(|m| m.id().to_owned()).as_deref(), Some("bedrock:anthropic.haiku"));
         let ready: Arc<dyn ChatModel> = Arc::new(openai::OpenAiChat::new("http://x/v1", "m", openai::ApiKey::None));
         let given = Models::with_client(ready, false);
-        assert!(given.any() && !given.has_dedicated_planner());
-        assert_eq!(given.planner().map(|m| m.id().to_owned()).as_deref(), Some("openai:m"));
+        assert!(given.any() && !given.has_query_planner());
+        assert_eq!(given.stage_model().map(|m| m.id().to_owned()).as_deref(), Some("openai:m"));
     }
 
     #[test]

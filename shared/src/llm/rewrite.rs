@@ -36,7 +36,7 @@ If no fragment is relevant to the query, answer exactly NO_RELEVANT_MEMORY.";
 /// `stats.rewrite`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RewriteStatus {
-    /// Not asked for (or `"auto"` without a dedicated planner).
+    /// Not asked for (or `"auto"` without a query planner configured).
     Off,
     /// A digest with at least one cited bullet.
     Ok,

@@ -47,7 +47,7 @@ pub async fn context(
     let wants_rewrite = match params.rewrite {
         Rewrite::Off => false,
         Rewrite::On => true,
-        Rewrite::Auto => app.models.has_dedicated_planner(),
+        Rewrite::Auto => app.models.has_query_planner(),
     };
     let (loaded, prepared) = match &params.session_id {
         Some(id) if params.dedup_turns > 0 || wants_expansion || wants_rewrite => {
@@ -162,7 +162,7 @@ async fn rewrite_block(
     context: &SessionContext,
     deadline: &Deadline,
 ) -> Rewritten {
-    let Some(model) = app.models.planner() else {
+    let Some(model) = app.models.stage_model() else {
         return Rewritten::without_digest(RewriteStatus::Failed, Some("no model is configured for the rewrite".into()));
     };
     let uris: Vec<String> = assembled.entries.iter().map(|e| e.candidate.uri.to_string()).collect();

@@ -106,7 +106,7 @@ pub(super) async fn expand_query(app: &App, loaded: &LoadedSession<'_>, query: &
     if let Some(error) = &loaded.context_error {
         return Expansion::original(query, ExpansionStatus::Failed, Some(format!("session context: {error}")));
     }
-    let Some(model) = app.models.planner().filter(|_| !loaded.context.is_empty()) else {
+    let Some(model) = app.models.stage_model().filter(|_| !loaded.context.is_empty()) else {
         return Expansion::original(query, ExpansionStatus::Off, None);
     };
     let retrieval = &app.config.retrieval;
