@@ -132,29 +132,27 @@ def main():
         again = [e["uri"] for e in second.get("entries") or []]
         assert NIANGAO not in again, again
 
-    @check("a wrong key raises the SDK's authentication error")
-    def _():
-        bad = SyncHTTPClient(url=url, api_key="skald_" + "0" * 16 + "_" + "0" * 64, timeout=30)
-        bad.initialize()
-        try:
-            bad.find(CAT, limit=1)
-        except UnauthenticatedError:
-            return
-        finally:
-            bad.close()
-        raise AssertionError("a wrong key was served")
-
-    @check("a user key naming another user raises the SDK's permission error")
-    def _():
-        other = SyncHTTPClient(url=url, api_key=key, user="someone-else", timeout=30)
+    def refused(error, what, **client_args):
+        """A find by a client made with `client_args` raises `error`."""
+        client_args.setdefault("api_key", key)
+        other = SyncHTTPClient(url=url, timeout=30, **client_args)
         other.initialize()
         try:
             other.find(CAT, limit=1)
-        except PermissionDeniedError:
+        except error:
             return
         finally:
             other.close()
-        raise AssertionError("a user key acted as another user")
+        raise AssertionError(what)
+
+    @check("a wrong key raises the SDK's authentication error")
+    def _():
+        wrong = "skald_" + "0" * 16 + "_" + "0" * 64
+        refused(UnauthenticatedError, "a wrong key was served", api_key=wrong)
+
+    @check("a user key naming another user raises the SDK's permission error")
+    def _():
+        refused(PermissionDeniedError, "a user key acted as another user", user="someone-else")
 
     passed = failed = 0
     for name, fn in checks:
