@@ -37,8 +37,7 @@ use crate::llm::expansion::{ExpansionStatus, QueryPlan};
 use crate::llm::rewrite::RewriteStatus;
 use crate::sessions::SessionId;
 
-/// `rewrite`: off, on, or on when a dedicated query-expansion model is
-/// configured.
+/// `rewrite`: off, on, or on when a query planner model is configured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Rewrite {
     /// No digest (default).
@@ -46,8 +45,7 @@ pub enum Rewrite {
     Off,
     /// Always digest.
     On,
-    /// Digest when a dedicated query-expansion model
-    /// (`retrieval.query_planner`) is configured.
+    /// Digest when a query planner model (`query_planner`) is configured.
     Auto,
 }
 
