@@ -34,8 +34,8 @@ use skald_tests::fixture::{
     request_to, search,
 };
 
-const BAD_REQUESTS: &str = include_str!("../fixtures/search/bad_requests.json");
-const ACCEPTED_REQUESTS: &str = include_str!("../fixtures/search/accepted_requests.json");
+const BAD_REQUESTS: &str = include_str!("../../fixtures/search/bad_requests.json");
+const ACCEPTED_REQUESTS: &str = include_str!("../../fixtures/search/accepted_requests.json");
 
 const EMPTY_QUERY: &str = "Search query or image_url must not be empty.";
 const QUERY: &str = "kubernetes cluster upgrade";

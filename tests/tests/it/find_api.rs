@@ -25,7 +25,7 @@ use skald_tests::fixture::{
     DEFAULT_CORPUS, EMBED_DIMENSION, TempDirs, app_with_corpus, call_find, find, post_json, request, with_jwt_claims,
 };
 
-const BAD_REQUESTS: &str = include_str!("../fixtures/find/bad_requests.json");
+const BAD_REQUESTS: &str = include_str!("../../fixtures/find/bad_requests.json");
 
 const EMPTY_QUERY: &str = "Search query or image_url must not be empty.";
 const ITEM_KEYS: [&str; 6] = ["context_type", "uri", "level", "score", "abstract", "tags"];

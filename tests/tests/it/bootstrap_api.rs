@@ -387,7 +387,7 @@ async fn the_instructions_are_versioned_with_their_content_hash() {
 /// name are tools of `/mcp`.
 #[test]
 fn the_instructions_name_only_routes_that_exist() {
-    let doc: Value = serde_json::from_str(include_str!("../../infra/openapi.json")).expect("the OpenAPI document");
+    let doc: Value = serde_json::from_str(include_str!("../../../infra/openapi.json")).expect("the OpenAPI document");
     let words: Vec<&str> = INSTRUCTIONS.split_whitespace().collect();
     let mut named = 0;
     for pair in words.windows(2) {

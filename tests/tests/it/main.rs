@@ -1,0 +1,34 @@
+//! Skald's cross-crate integration and end-to-end tests, as one test binary
+//! (`cargo test -p skald-tests --test it`): one module a suite, so the AWS
+//! SDKs and the library are linked once rather than once a suite. Run one
+//! suite by its module path, e.g.
+//! `cargo test -p skald-tests --test it find_api::`.
+//!
+//! The suites share one process: the moto S3 server
+//! ([`skald_tests::moto`]) is started once for all of them, every store
+//! and bucket is per test, and no test changes the process environment.
+
+mod api_keys;
+mod assemble_properties;
+mod bootstrap_api;
+mod content_api;
+mod find_api;
+mod golden;
+mod index_suite;
+mod indexer;
+mod ingest;
+mod llm_stages;
+mod mcp_tools;
+mod model_server;
+mod openapi;
+mod recall_api;
+mod retrieval_quality;
+mod search_api;
+mod secrets;
+mod session_commit;
+mod sessions_api;
+mod soak;
+mod storage_faults;
+mod store_suite;
+mod template;
+mod use_m3_parity;
