@@ -448,6 +448,32 @@ impl Reply {
     }
 }
 
+/// Asserts that `reply` is a 200 `ok` envelope and returns its `result`.
+///
+/// # Panics
+/// When it is not (the panic names the caller's line).
+#[track_caller]
+pub fn ok(reply: &Reply) -> &Value {
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(reply.json["status"], "ok", "{}", reply.text);
+    &reply.json["result"]
+}
+
+/// Asserts that `reply` is a 400 `INVALID_ARGUMENT` whose validation errors
+/// include one at `loc` (e.g. `["body", "query"]`).
+///
+/// # Panics
+/// When it is not (the panic names the caller's line).
+#[track_caller]
+pub fn refused_at(reply: &Reply, loc: &Value) {
+    assert_eq!(reply.status, 400, "{}", reply.text);
+    assert_eq!(reply.json["error"]["code"], "INVALID_ARGUMENT", "{}", reply.text);
+    let errors = reply.json["error"]["details"]["validation_errors"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no validation errors: {}", reply.text));
+    assert!(errors.iter().any(|e| &e["loc"] == loc), "no error at {loc}: {}", reply.text);
+}
+
 /// Runs `event` through the Lambda edge ([`skald_lambda::serve`]) into
 /// `handler`, as that handler's function binary does, keeping the headers.
 ///
@@ -548,6 +574,60 @@ pub fn local_store() -> (SharedStore, TempDir) {
 /// A store on a fresh bucket of the local S3 server ([`crate::moto`]).
 pub async fn s3_shared_store(test_name: &str) -> SharedStore {
     Arc::new(crate::moto::s3_store(test_name).await)
+}
+
+/// A fresh [`LocalStore`] in a temporary directory whose name contains
+/// `label` (the directory is removed when the [`TempDir`] drops).
+///
+/// # Panics
+/// When the store cannot be opened.
+#[must_use]
+pub fn labelled_local_store(label: &str) -> (SharedStore, TempDir) {
+    let dir = TempDir::new(label);
+    let store: SharedStore = Arc::new(LocalStore::open(dir.path()).expect("open the local store"));
+    (store, dir)
+}
+
+/// Runs each check against both store backends, as two test modules:
+/// `local::<check>` over a [`LocalStore`] in a fresh temporary directory
+/// ([`labelled_local_store`]) and `s3::<check>` over a fresh bucket of the
+/// local S3 server ([`s3_shared_store`]). Each check is an `async fn` of
+/// the calling module, run as a `#[tokio::test]` on a multi-thread runtime
+/// with `worker_threads` workers.
+///
+/// A check takes the [`SharedStore`] by value; one marked `(shared)` takes
+/// `&SharedStore` (to hand clones to the tasks it spawns) and one marked
+/// `(borrowed)` takes `&dyn Store`.
+///
+/// ```text
+/// skald_tests::on_both_stores!(worker_threads = 2; get_put_round_trip(borrowed), a_key_works);
+/// ```
+#[macro_export]
+macro_rules! on_both_stores {
+    (worker_threads = $threads:literal; $($check:ident $(($how:ident))?),* $(,)?) => {
+        mod local {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = $threads)]
+                async fn $check() {
+                    let (store, _dir) = $crate::fixture::labelled_local_store(stringify!($check));
+                    Box::pin(super::$check($crate::on_both_stores!(@arg $($how)? store))).await;
+                }
+            )*
+        }
+
+        mod s3 {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = $threads)]
+                async fn $check() {
+                    let store = $crate::fixture::s3_shared_store(stringify!($check)).await;
+                    Box::pin(super::$check($crate::on_both_stores!(@arg $($how)? store))).await;
+                }
+            )*
+        }
+    };
+    (@arg borrowed $store:ident) => { &*$store };
+    (@arg shared $store:ident) => { &$store };
+    (@arg $store:ident) => { $store };
 }
 
 /// A dev-mode app over `store` with the fixture's [`HashedEmbedder`] and

@@ -12,6 +12,8 @@
 //! - [`faults`]: a [`skald::store::Store`] wrapper that injects S3's faults
 //!   (writes that land but report a timeout or 412, throttling, truncated
 //!   or foreign bodies, lagging listings), scripted or at random.
+//! - [`tables`]: the request tables of `find` and `search`: a row's
+//!   request and the check of a refused row's answer.
 //! - [`xml`]: a rendered block parsed back with a real XML parser.
 //!
 //! The one binary, `local_gateway` (`src/bin/local_gateway.rs`), serves
@@ -24,4 +26,5 @@ pub mod faults;
 pub mod fixture;
 pub mod model_server;
 pub mod moto;
+pub mod tables;
 pub mod xml;

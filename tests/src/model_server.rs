@@ -43,6 +43,10 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+/// The environment variable a model's `api_key_env` names when it has no
+/// key: no test sets it.
+pub const UNSET_KEY_ENV: &str = "SKALD_TEST_UNSET_KEY";
+
 /// `prompt_tokens` / `inputTokens` of every reply that carries usage.
 pub const USAGE_PROMPT: u64 = 321;
 /// `completion_tokens` / `outputTokens` of every reply that carries usage.
@@ -196,6 +200,20 @@ impl ModelServer {
     #[must_use]
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
+    }
+
+    /// This server as an OpenAI-compatible chat model named `model`,
+    /// with no API key (its `api_key_env`, `SKALD_TEST_UNSET_KEY`, is never
+    /// set).
+    #[must_use]
+    pub fn openai_model(&self, model: &str) -> skald::config::ModelConfig {
+        skald::config::ModelConfig::Openai {
+            base_url: self.base_url(),
+            model: model.into(),
+            api_key_env: UNSET_KEY_ENV.into(),
+            api_key_secret: None,
+            api_key: None,
+        }
     }
 
     /// The Bedrock endpoint override, `http://127.0.0.1:PORT`.

@@ -23,34 +23,8 @@ const CORPUS: &[(&str, &str)] = &[
 ];
 const ACME_CORPUS: &[(&str, &str)] = &[("user/carol/memories/preferences/editor.md", "Carol edits in Vim.")];
 
-/// Runs each check against both stores: `local::<check>`, `s3::<check>`.
-macro_rules! on_both_stores {
-    ($($check:ident),* $(,)?) => {
-        mod local {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $check() {
-                    let dir = skald_tests::fixture::TempDir::new(stringify!($check));
-                    let store: skald::store::SharedStore = std::sync::Arc::new(
-                        skald::store::local::LocalStore::open(dir.path()).expect("open the local store"),
-                    );
-                    super::$check(store).await;
-                }
-            )*
-        }
-
-        mod s3 {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $check() {
-                    super::$check(skald_tests::fixture::s3_shared_store(stringify!($check)).await).await;
-                }
-            )*
-        }
-    };
-}
-
-on_both_stores!(
+// Runs each check against both stores: `local::<check>`, `s3::<check>`.
+skald_tests::on_both_stores!(worker_threads = 2;
     a_key_works_until_it_is_revoked,
     a_revoked_key_stops_within_the_revalidation,
     every_role_meets_its_bounds

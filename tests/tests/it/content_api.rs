@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use skald::app::App;
-use skald_tests::fixture::{DEFAULT_CORPUS, Handler, Reply, TempDirs, app_with_corpus, call};
+use skald_tests::fixture::{DEFAULT_CORPUS, Handler, Reply, TempDirs, app_with_corpus, call, ok};
 
 /// A body over the read cap (256 KiB): 3000 numbered lines of 101 bytes.
 fn big_file() -> String {
@@ -31,13 +31,6 @@ async fn app() -> (Arc<App>, TempDirs) {
 
 async fn get(app: &Arc<App>, target: &str, headers: &[(&str, &str)]) -> Reply {
     call(app, Handler::Content, "GET", target, headers, None).await
-}
-
-/// Asserts a 200 envelope and returns `result`.
-fn ok(reply: &Reply) -> &Value {
-    assert_eq!(reply.status, 200, "{}", reply.text);
-    assert_eq!(reply.json["status"], "ok", "{}", reply.text);
-    &reply.json["result"]
 }
 
 fn text(reply: &Reply) -> &str {

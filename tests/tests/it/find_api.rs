@@ -22,8 +22,10 @@ use skald::embed::dot;
 use skald::embed::hashed::HashedEmbedder;
 use skald::index::filter::{MAX_FILTER_DEPTH, MAX_FILTER_NODES};
 use skald_tests::fixture::{
-    DEFAULT_CORPUS, EMBED_DIMENSION, TempDirs, app_with_corpus, call_find, find, post_json, request, with_jwt_claims,
+    DEFAULT_CORPUS, EMBED_DIMENSION, FIND_PATH, TempDirs, app_with_corpus, call_find, find, post_json, request,
+    with_jwt_claims,
 };
+use skald_tests::tables::refused_row_failures;
 
 const BAD_REQUESTS: &str = include_str!("../../fixtures/find/bad_requests.json");
 
@@ -85,108 +87,6 @@ fn now_s() -> f64 {
 // Bad input: the table.
 // ---------------------------------------------------------------------------
 
-/// The Lambda request a table row describes.
-fn row_request(row: &Value) -> lambda_http::Request {
-    let method = row["method"].as_str().unwrap_or("POST");
-    let headers: Vec<(&str, &str)> = row["headers"]
-        .as_object()
-        .map(|h| h.iter().map(|(k, v)| (k.as_str(), v.as_str().expect("header value is a string"))).collect())
-        .unwrap_or_default();
-    let body = if let Some(raw) = row["raw_body"].as_str() {
-        Body::Text(raw.to_owned())
-    } else if let Some(size) = row["query_bytes"].as_u64() {
-        let size = usize::try_from(size).expect("size fits");
-        let text = format!("{{\"query\":\"{}\"}}", "a".repeat(size - r#"{"query":""}"#.len()));
-        assert_eq!(text.len(), size);
-        Body::Text(text)
-    } else if row.get("body").is_some() {
-        Body::Text(row["body"].to_string())
-    } else {
-        Body::Empty
-    };
-    request(method, &headers, body)
-}
-
-/// Checks one row's answer; returns the problems found (empty: as expected).
-fn check_row(row: &Value, status: u16, json: &Value) -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut expect = |what: &str, got: &Value, want: &Value| {
-        if got != want {
-            problems.push(format!("{what}: got {got}, want {want}"));
-        }
-    };
-    expect("status", &json!(status), &row["status"]);
-    expect("envelope status", &json["status"], &json!("error"));
-    expect("code", &json["error"]["code"], &row["code"]);
-    let message = json["error"]["message"].as_str().unwrap_or_default();
-    if let Some(want) = row.get("message") {
-        expect("message", &json!(message), want);
-    }
-    for part in row["message_contains"].as_array().into_iter().flatten() {
-        let part = part.as_str().expect("message_contains holds strings");
-        if !message.contains(part) {
-            problems.push(format!("message {message:?} does not contain {part:?}"));
-        }
-    }
-    let details = &json["error"]["details"];
-    if row.get("locs").is_none() && row.get("types").is_none() {
-        if !details.is_null() {
-            problems.push(format!("unexpected details {details}"));
-        }
-    } else {
-        let errors = details["validation_errors"].as_array().cloned().unwrap_or_default();
-        if let Some(want) = row["locs"].as_array() {
-            let got: BTreeSet<String> = errors.iter().map(|e| e["loc"].to_string()).collect();
-            let want: BTreeSet<String> = want.iter().map(Value::to_string).collect();
-            if got != want {
-                problems.push(format!("locs: got {got:?}, want {want:?}"));
-            }
-        }
-        if let Some(want) = row["types"].as_array() {
-            let mut got: Vec<String> = errors.iter().map(|e| e["type"].to_string()).collect();
-            let mut want: Vec<String> = want.iter().map(Value::to_string).collect();
-            got.sort();
-            want.sort();
-            if got != want {
-                problems.push(format!("types: got {got:?}, want {want:?}"));
-            }
-        }
-        if let Some(want) = row["locs"].as_array().filter(|_| row["types"].is_array()) {
-            // Pair each loc with its type: the row lists them in the same order.
-            let pairs = |locs: &[Value], types: &[Value]| -> BTreeSet<String> {
-                locs.iter().zip(types).map(|(l, t)| format!("{l}={t}")).collect()
-            };
-            let got: BTreeSet<String> = errors.iter().map(|e| format!("{}={}", e["loc"], e["type"])).collect();
-            let want = pairs(want, row["types"].as_array().map_or(&[][..], Vec::as_slice));
-            if got != want {
-                problems.push(format!("loc=type pairs: got {got:?}, want {want:?}"));
-            }
-        }
-        for error in &errors {
-            if error["message"].as_str().is_none_or(str::is_empty) {
-                problems.push(format!("validation error without a message: {error}"));
-            }
-        }
-        if message.starts_with("Invalid request parameters: ") {
-            for error in &errors {
-                let dotted: Vec<String> = error["loc"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|p| p.as_str().map_or_else(|| p.to_string(), str::to_owned))
-                    .collect();
-                let fragment = format!("{}: {}", dotted.join("."), error["message"].as_str().unwrap_or_default());
-                if !message.contains(&fragment) {
-                    problems.push(format!("message {message:?} does not contain {fragment:?}"));
-                }
-            }
-        } else if !errors.is_empty() {
-            problems.push(format!("validation errors with a message that does not list them: {message:?}"));
-        }
-    }
-    problems
-}
-
 #[tokio::test]
 async fn bad_requests_are_refused_as_the_table_says_and_never_with_a_500() {
     let (app, _dirs) = dev_app().await;
@@ -194,21 +94,7 @@ async fn bad_requests_are_refused_as_the_table_says_and_never_with_a_500() {
     assert!(rows.len() > 50, "the table lost rows");
     let empty_query_rows = rows.iter().filter(|r| r["message"] == EMPTY_QUERY).count();
     assert!(empty_query_rows >= 5, "the table lost its empty-query rows");
-    let mut failures = Vec::new();
-    for row in &rows {
-        let name = row["name"].as_str().expect("every row has a name");
-        let answer = call_find(&app, row_request(row)).await;
-        if answer.status >= 500 {
-            failures.push(format!("{name}: a {} for bad input: {}", answer.status, answer.text));
-            continue;
-        }
-        if answer.content_type.as_deref() != Some("application/json") {
-            failures.push(format!("{name}: content-type {:?}", answer.content_type));
-        }
-        for problem in check_row(row, answer.status, &answer.json) {
-            failures.push(format!("{name}: {problem} (answer {})", answer.text));
-        }
-    }
+    let failures = refused_row_failures(&rows, FIND_PATH, async |request| call_find(&app, request).await).await;
     assert!(failures.is_empty(), "{} of {} rows failed:\n{}", failures.len(), rows.len(), failures.join("\n"));
 }
 

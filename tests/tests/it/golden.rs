@@ -4,7 +4,7 @@
 //! [`HashedEmbedder`], each `rendered` compared byte for byte with
 //! `fixtures/golden/<case>.xml`.
 //!
-//! `SKALD_UPDATE_GOLDEN=1 cargo test -p skald-tests --test golden` rewrites
+//! `SKALD_UPDATE_GOLDEN=1 cargo test -p skald-tests --test it golden::` rewrites
 //! the files instead (and passes); review the diff before committing. A
 //! missing file fails with that hint.
 //!
@@ -17,7 +17,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use skald::app::App;
 use skald::assemble::params::{AssembleParams, Detail, Tier};
@@ -32,6 +31,7 @@ use skald::store::SharedStore;
 use skald::store::local::LocalStore;
 use skald::tokens::estimate_tokens;
 use skald::xml_text::{is_xml_char, xml_safe};
+use skald_tests::fixture::TempDir;
 use skald_tests::xml::parse_block;
 
 /// The environment variable that rewrites the golden files.
@@ -157,30 +157,6 @@ fn tight_corpus() -> Vec<(String, String)> {
 // Fixture
 // ---------------------------------------------------------------------------
 
-/// A directory under the system temporary directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(label: &str) -> Self {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let path = std::env::temp_dir().join(format!("skald-golden-{label}-{}-{n}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&path).expect("create a temporary directory");
-        Self(path)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// An app over `files` (viking paths without the scheme), ingested for
 /// account `default` into a fresh local store with a 64-bucket hashed
 /// embedder; keep the directories alive while the app is used.
@@ -255,7 +231,7 @@ fn compare_golden(name: &str, rendered: &str) {
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
-            "golden file {} cannot be read ({e}); create it with `{UPDATE}=1 cargo test -p skald-tests --test golden` and review it",
+            "golden file {} cannot be read ({e}); create it with `{UPDATE}=1 cargo test -p skald-tests --test it golden::` and review it",
             path.display()
         )
     });

@@ -18,6 +18,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::{DIM, account, embedder};
 use skald::identity::AccountId;
 use skald::index::filter::{Field, FilterExpr, TimeField, TimeRange};
 use skald::index::record::{LEVEL_ABSTRACT, LEVEL_FILE, LEVEL_OVERVIEW};
@@ -27,65 +28,26 @@ use skald::index::{
 };
 use skald::store::SharedStore;
 use skald::uri::VikingUri;
-use skald_tests::fixture::TempDir;
 
-/// Runs each check against both backends: `local::<check>` and
-/// `s3::<check>`. Every check takes `&SharedStore`.
-macro_rules! index_suite {
-    ($($check:ident),* $(,)?) => {
-        mod local {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $check() {
-                    let dir = super::TempDir::new(stringify!($check));
-                    let store: skald::store::SharedStore = std::sync::Arc::new(
-                        skald::store::local::LocalStore::open(dir.path()).expect("open the local store"),
-                    );
-                    Box::pin(super::$check(&store)).await;
-                }
-            )*
-        }
-
-        mod s3 {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $check() {
-                    let store: skald::store::SharedStore =
-                        std::sync::Arc::new(skald_tests::moto::s3_store(stringify!($check)).await);
-                    Box::pin(super::$check(&store)).await;
-                }
-            )*
-        }
-    };
-}
-
-index_suite!(
-    commit_load_search_round_trip,
-    scores_threshold_and_limit,
-    filters_select_the_right_records,
-    later_segments_replace_and_tombstones_remove,
-    concurrent_writers_lose_nothing,
-    concurrent_writers_past_compact_at_lose_nothing,
-    commits_keep_working_through_compaction,
-    concurrent_compactions_keep_every_segment,
-    mixing_embedders_is_refused,
-    cache_reuses_and_revalidates_snapshots,
-    cache_keeps_within_its_memory_bound,
-    ordered_commits_never_go_back,
-    events_decay_with_age,
+// Runs each check against both backends: `local::<check>` and
+// `s3::<check>`. Every check takes `&SharedStore`.
+skald_tests::on_both_stores!(worker_threads = 4;
+    commit_load_search_round_trip(shared),
+    scores_threshold_and_limit(shared),
+    filters_select_the_right_records(shared),
+    later_segments_replace_and_tombstones_remove(shared),
+    concurrent_writers_lose_nothing(shared),
+    concurrent_writers_past_compact_at_lose_nothing(shared),
+    commits_keep_working_through_compaction(shared),
+    concurrent_compactions_keep_every_segment(shared),
+    mixing_embedders_is_refused(shared),
+    cache_reuses_and_revalidates_snapshots(shared),
+    cache_keeps_within_its_memory_bound(shared),
+    ordered_commits_never_go_back(shared),
+    events_decay_with_age(shared),
 );
 
 // ---------------------------------------------------------------- helpers
-
-const DIM: usize = 8;
-
-fn account() -> AccountId {
-    AccountId::new("acme").expect("valid account id")
-}
-
-fn embedder() -> EmbedderInfo {
-    EmbedderInfo { id: "test-fixed/8".to_owned(), dimension: DIM }
-}
 
 fn uri(text: &str) -> VikingUri {
     VikingUri::parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}"))

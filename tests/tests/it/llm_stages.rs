@@ -27,7 +27,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use skald::app::App;
-use skald::config::ModelConfig;
 use skald::embed::{EmbedError, Embedder};
 use skald::llm::Models;
 use skald::llm::bedrock::BedrockChat;
@@ -35,7 +34,7 @@ use skald::llm::bedrock::aws_sdk_bedrockruntime;
 use skald::store::PutMode;
 use skald_tests::fixture::{
     BOOTSTRAP_PATH, CONTEXT_CORPUS, FIND_PATH, Handler, RECALL_PATH, Reply, SEARCH_PATH, SESSIONS_PATH, TempDirs,
-    app_with_config, call, call_handler, request_to, search_reply, session_key, sessions_post, store_json,
+    app_with_config, call, call_handler, ok, request_to, search_reply, session_key, sessions_post, store_json,
 };
 use skald_tests::model_server::{
     EXPAND_MARKER, ModelServer, REWRITE_MARKER, Recorded, Reply as ModelReply, USAGE_COMPLETION, USAGE_PROMPT,
@@ -68,20 +67,9 @@ const UNSERVED: &str = "viking://user/default/memories/secret/unserved-plan.md";
 // Helpers.
 // ---------------------------------------------------------------------------
 
-/// `server` as an OpenAI-compatible model named `model` (no API key).
-fn openai(server: &ModelServer, model: &str) -> ModelConfig {
-    ModelConfig::Openai {
-        base_url: server.base_url(),
-        model: model.into(),
-        api_key_env: "SKALD_TEST_UNSET_KEY".into(),
-        api_key_secret: None,
-        api_key: None,
-    }
-}
-
 /// An app over [`CONTEXT_CORPUS`] whose main model is `server`.
 async fn app_with_model(server: &ModelServer) -> (Arc<App>, TempDirs) {
-    app_with_config(CONTEXT_CORPUS, |config| config.llm = Some(openai(server, "stub"))).await
+    app_with_config(CONTEXT_CORPUS, |config| config.llm = Some(server.openai_model("stub"))).await
 }
 
 /// A context-mode body for [`QUERY`] with `extra` fields.
@@ -140,12 +128,6 @@ fn rewrite_waited_out(reply: &Reply, elapsed: Duration, what: &str) {
     assert!(elapsed >= REWRITE_WAITED, "{what}: the rewrite did not wait ({elapsed:?})");
     assert_eq!(stats(result)["rewrite"], "timeout", "{what}: {}", stats(result));
     assert!(!text(result, "rendered").is_empty(), "{what}: {result:#}");
-}
-
-fn ok(reply: &Reply) -> &Value {
-    assert_eq!(reply.status, 200, "{}", reply.text);
-    assert_eq!(reply.json["status"], "ok", "{}", reply.text);
-    &reply.json["result"]
 }
 
 fn stats(result: &Value) -> &Value {
@@ -409,12 +391,12 @@ async fn the_client_header_beats_a_longer_gateway_limit_and_the_gateway_limit_bi
     let server = ModelServer::start().await;
     server.set_default(ModelReply::Hang);
     let long_gateway = |config: &mut skald::config::Config| {
-        config.llm = Some(openai(&server, "stub"));
+        config.llm = Some(server.openai_model("stub"));
         config.retrieval.gateway_timeout_s = 30.0;
     };
     let (gateway_30, _dirs_30) = app_with_config(CONTEXT_CORPUS, long_gateway).await;
     let short_gateway = |config: &mut skald::config::Config| {
-        config.llm = Some(openai(&server, "stub"));
+        config.llm = Some(server.openai_model("stub"));
         config.retrieval.gateway_timeout_s = 2.5;
     };
     let (gateway_2_5, _dirs_2_5) = app_with_config(CONTEXT_CORPUS, short_gateway).await;
@@ -582,7 +564,7 @@ async fn the_rewrite_prompt_masks_unserved_uris_of_the_query_and_of_fragment_bod
         "user/default/memories/entities/infra/upgrade-doc.md",
         "The kubernetes cluster upgrade plan lives in viking://resources/plans/secret-upgrade-plan.md today.\n",
     ));
-    let (app, _dirs) = app_with_config(&files, |config| config.llm = Some(openai(&server, "stub"))).await;
+    let (app, _dirs) = app_with_config(&files, |config| config.llm = Some(server.openai_model("stub"))).await;
     let query = format!("{QUERY} as {UNSERVED} says");
     let reply = search_reply(&app, &json!({"query": query, "mode": "context", "rewrite": true})).await;
     let result = ok(&reply);
@@ -776,7 +758,7 @@ async fn routes_that_need_no_model_never_connect_to_it() {
 async fn expansion_disabled_in_the_configuration_never_connects() {
     let server = ModelServer::start().await;
     let edit = |config: &mut skald::config::Config| {
-        config.llm = Some(openai(&server, "stub"));
+        config.llm = Some(server.openai_model("stub"));
         config.retrieval.enable_intent = false;
     };
     let (app, _dirs) = app_with_config(CONTEXT_CORPUS, edit).await;
@@ -806,8 +788,8 @@ async fn rewrite_auto_needs_a_dedicated_query_planner() {
     assert_eq!(server.connections(), 0, "no call without a planner");
 
     let both = |config: &mut skald::config::Config| {
-        config.llm = Some(openai(&server, "main-model"));
-        config.query_planner = Some(openai(&server, "planner-model"));
+        config.llm = Some(server.openai_model("main-model"));
+        config.query_planner = Some(server.openai_model("planner-model"));
     };
     let (with_planner, _dirs) = app_with_config(CONTEXT_CORPUS, both).await;
     let result = ok(&search_reply(&with_planner, &body).await).clone();

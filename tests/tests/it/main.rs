@@ -11,6 +11,7 @@
 mod api_keys;
 mod assemble_properties;
 mod bootstrap_api;
+mod common;
 mod content_api;
 mod find_api;
 mod golden;

@@ -6,7 +6,7 @@
 //! the same text), REST errors as `isError` results, identity and the
 //! deadline as REST's, and the transport's refusals.
 //!
-//! `SKALD_UPDATE_MCP=1 cargo test -p skald-tests --test mcp_tools` rewrites
+//! `SKALD_UPDATE_MCP=1 cargo test -p skald-tests --test it mcp_tools::` rewrites
 //! the tool-list snapshot (`tests/fixtures/mcp/tools.json`).
 
 use std::path::PathBuf;
@@ -262,7 +262,7 @@ async fn the_tool_list_matches_its_snapshot_in_every_revision() {
     }
     let saved = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
-            "{} cannot be read ({e}); create it with `{UPDATE}=1 cargo test -p skald-tests --test mcp_tools`",
+            "{} cannot be read ({e}); create it with `{UPDATE}=1 cargo test -p skald-tests --test it mcp_tools::`",
             path.display()
         )
     });
@@ -529,13 +529,7 @@ async fn search_context_mode_maps_detail_by_category_and_penalties() {
 async fn search_rewrite_auto_forces_the_digest_as_the_reference_tool_does() {
     let server = ModelServer::start().await;
     let (app, _dirs) = app_with_config(CONTEXT_CORPUS, |config| {
-        config.llm = Some(skald::config::ModelConfig::Openai {
-            base_url: server.base_url(),
-            model: "stub".into(),
-            api_key_env: "SKALD_TEST_UNSET_KEY".into(),
-            api_key_secret: None,
-            api_key: None,
-        });
+        config.llm = Some(server.openai_model("stub"));
     })
     .await;
     // REST's "auto" digests only with a dedicated planner (none here); the
@@ -807,13 +801,7 @@ async fn a_tool_runs_under_the_mcp_requests_deadline() {
     let server = ModelServer::start().await;
     server.set_default(ModelReply::Hang);
     let (app, _dirs) = app_with_config(CONTEXT_CORPUS, |config| {
-        config.llm = Some(skald::config::ModelConfig::Openai {
-            base_url: server.base_url(),
-            model: "stub".into(),
-            api_key_env: "SKALD_TEST_UNSET_KEY".into(),
-            api_key_secret: None,
-            api_key: None,
-        });
+        config.llm = Some(server.openai_model("stub"));
         config.retrieval.gateway_timeout_s = 30.0;
     })
     .await;

@@ -75,7 +75,6 @@ use skald::api::sessions::{
     COMMIT_FIELDS, DEFAULT_CONTEXT_BUDGET, MAX_CONTEXT_BUDGET, MESSAGE_FIELDS, UNSUPPORTED_COMMIT_FIELDS,
 };
 use skald::app::App;
-use skald::config::ModelConfig;
 use skald::content::{MAX_LIST_BYTES, MAX_NODE_LIMIT, MAX_READ_BYTES, RECURSIVE_DEPTH};
 use skald::embed::hashed::HashedEmbedder;
 use skald::index::filter::{MAX_FILTER_DEPTH, MAX_FILTER_NODES};
@@ -2111,13 +2110,7 @@ async fn session_probes(doc: &Value, app: &Arc<App>, failures: &mut Vec<String>)
 async fn llm_stage_responses_fit_their_schemas() {
     let doc = doc();
     let server = ModelServer::start().await;
-    let model = ModelConfig::Openai {
-        base_url: server.base_url(),
-        model: "stub".into(),
-        api_key_env: "SKALD_TEST_UNSET_KEY".into(),
-        api_key_secret: None,
-        api_key: None,
-    };
+    let model = server.openai_model("stub");
     let (app, _dirs) = app_with_config(CONTEXT_CORPUS, |config| config.llm = Some(model)).await;
     let ops = operations(&doc);
     let search = ops.iter().find(|o| o.path == SEARCH).expect("documented");

@@ -22,8 +22,8 @@ use serde_json::{Value, json};
 use skald::app::App;
 use skald::store::SharedStore;
 use skald_tests::fixture::{
-    CONTEXT_CORPUS, Handler, RECALL_PATH, Reply, SESSIONS_PATH, TempDir, app_with_corpus_in, call, local_store, recall,
-    s3_shared_store, search_reply, session_key, sessions_post, store_json,
+    CONTEXT_CORPUS, Handler, RECALL_PATH, Reply, SESSIONS_PATH, TempDir, app_with_corpus_in, call, local_store, ok,
+    recall, refused_at, s3_shared_store, search_reply, session_key, sessions_post, store_json,
 };
 
 const QUERY: &str = "kubernetes cluster upgrade";
@@ -31,22 +31,6 @@ const QUERY: &str = "kubernetes cluster upgrade";
 /// The coding preset's quotas.
 fn coding_quotas() -> Value {
     json!({"events": 4, "entities": 6, "preferences": 2, "experiences": 4, "resources": 8, "skills": 6})
-}
-
-fn ok(reply: &Reply) -> &Value {
-    assert_eq!(reply.status, 200, "{}", reply.text);
-    assert_eq!(reply.json["status"], "ok", "{}", reply.text);
-    &reply.json["result"]
-}
-
-/// Asserts a 400 `INVALID_ARGUMENT` whose validation errors include `loc`.
-fn refused_at(reply: &Reply, loc: &Value) {
-    assert_eq!(reply.status, 400, "{}", reply.text);
-    assert_eq!(reply.json["error"]["code"], "INVALID_ARGUMENT", "{}", reply.text);
-    let errors = reply.json["error"]["details"]["validation_errors"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no validation errors: {}", reply.text));
-    assert!(errors.iter().any(|e| &e["loc"] == loc), "no error at {loc}: {}", reply.text);
 }
 
 fn entries(result: &Value) -> &Vec<Value> {

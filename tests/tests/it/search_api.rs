@@ -25,14 +25,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use lambda_http::Body;
 use serde_json::{Value, json};
 use skald::app::App;
 use skald::tokens::estimate_tokens;
 use skald_tests::fixture::{
     CONTEXT_CORPUS, SEARCH_PATH, TempDirs, app_with_config, app_with_corpus, call_search, find, post_search_json,
-    request_to, search,
+    search,
 };
+use skald_tests::tables::{refused_row_failures, row_request};
 
 const BAD_REQUESTS: &str = include_str!("../../fixtures/search/bad_requests.json");
 const ACCEPTED_REQUESTS: &str = include_str!("../../fixtures/search/accepted_requests.json");
@@ -403,111 +403,6 @@ fn check_context(result: &Value) -> Vec<String> {
 // Bad input and edge input: the tables.
 // ---------------------------------------------------------------------------
 
-/// `count` distinct `exclude_uris` in the caller's tree.
-fn many_exclude_uris(count: u64) -> Value {
-    Value::Array((0..count).map(|i| json!(format!("viking://resources/excluded/n{i}"))).collect())
-}
-
-/// The Lambda request a table row describes.
-fn row_request(row: &Value) -> lambda_http::Request {
-    let method = row["method"].as_str().unwrap_or("POST");
-    let headers: Vec<(&str, &str)> = row["headers"]
-        .as_object()
-        .map(|h| h.iter().map(|(k, v)| (k.as_str(), v.as_str().expect("header value is a string"))).collect())
-        .unwrap_or_default();
-    let body = if let Some(raw) = row["raw_body"].as_str() {
-        Body::Text(raw.to_owned())
-    } else if let Some(size) = row["query_bytes"].as_u64() {
-        let size = usize::try_from(size).expect("size fits");
-        let text = format!("{{\"query\":\"{}\"}}", "a".repeat(size - r#"{"query":""}"#.len()));
-        assert_eq!(text.len(), size);
-        Body::Text(text)
-    } else if let Some(body) = row.get("body") {
-        let mut body = body.clone();
-        if let Some(n) = row["exclude_uris_count"].as_u64() {
-            body["exclude_uris"] = many_exclude_uris(n);
-        }
-        Body::Text(body.to_string())
-    } else {
-        Body::Empty
-    };
-    request_to(SEARCH_PATH, method, &headers, body)
-}
-
-/// Checks one bad row's answer; returns the problems found.
-fn check_row(row: &Value, status: u16, json: &Value) -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut expect = |what: &str, got: &Value, want: &Value| {
-        if got != want {
-            problems.push(format!("{what}: got {got}, want {want}"));
-        }
-    };
-    expect("status", &json!(status), &row["status"]);
-    expect("envelope status", &json["status"], &json!("error"));
-    expect("code", &json["error"]["code"], &row["code"]);
-    let message = json["error"]["message"].as_str().unwrap_or_default();
-    if let Some(want) = row.get("message") {
-        expect("message", &json!(message), want);
-    }
-    for part in row["message_contains"].as_array().into_iter().flatten() {
-        let part = part.as_str().expect("message_contains holds strings");
-        if !message.contains(part) {
-            problems.push(format!("message {message:?} does not contain {part:?}"));
-        }
-    }
-    let details = &json["error"]["details"];
-    if row.get("locs").is_none() && row.get("types").is_none() {
-        if !details.is_null() {
-            problems.push(format!("unexpected details {details}"));
-        }
-        return problems;
-    }
-    let errors = details["validation_errors"].as_array().cloned().unwrap_or_default();
-    if let Some(want) = row["locs"].as_array() {
-        let got: BTreeSet<String> = errors.iter().map(|e| e["loc"].to_string()).collect();
-        let want: BTreeSet<String> = want.iter().map(Value::to_string).collect();
-        if got != want {
-            problems.push(format!("locs: got {got:?}, want {want:?}"));
-        }
-    }
-    if let Some(want) = row["types"].as_array() {
-        let mut got: Vec<String> = errors.iter().map(|e| e["type"].to_string()).collect();
-        let mut want: Vec<String> = want.iter().map(Value::to_string).collect();
-        got.sort();
-        want.sort();
-        if got != want {
-            problems.push(format!("types: got {got:?}, want {want:?}"));
-        }
-    }
-    if let (Some(locs), Some(types)) = (row["locs"].as_array(), row["types"].as_array()) {
-        // The row lists locs and types in the same order: pair them.
-        let want: BTreeSet<String> = locs.iter().zip(types).map(|(l, t)| format!("{l}={t}")).collect();
-        let got: BTreeSet<String> = errors.iter().map(|e| format!("{}={}", e["loc"], e["type"])).collect();
-        if got != want {
-            problems.push(format!("loc=type pairs: got {got:?}, want {want:?}"));
-        }
-    }
-    for error in &errors {
-        if error["message"].as_str().is_none_or(str::is_empty) {
-            problems.push(format!("validation error without a message: {error}"));
-        }
-        let dotted: Vec<String> = error["loc"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|p| p.as_str().map_or_else(|| p.to_string(), str::to_owned))
-            .collect();
-        let fragment = format!("{}: {}", dotted.join("."), error["message"].as_str().unwrap_or_default());
-        if !message.contains(&fragment) {
-            problems.push(format!("message {message:?} does not contain {fragment:?}"));
-        }
-    }
-    if !message.starts_with("Invalid request parameters: ") {
-        problems.push(format!("a validation error's message does not list the fields: {message:?}"));
-    }
-    problems
-}
-
 #[tokio::test]
 async fn bad_requests_are_refused_as_the_table_says_and_never_with_a_500() {
     let (app, _dirs) = ctx_app().await;
@@ -523,21 +418,7 @@ async fn bad_requests_are_refused_as_the_table_says_and_never_with_a_500() {
         );
     }
     assert!(rows.iter().filter(|r| r["message"] == EMPTY_QUERY).count() >= 5, "the table lost its empty-query rows");
-    let mut failures = Vec::new();
-    for row in &rows {
-        let name = row["name"].as_str().expect("every row has a name");
-        let answer = call_search(&app, row_request(row)).await;
-        if answer.status >= 500 {
-            failures.push(format!("{name}: a {} for bad input: {}", answer.status, answer.text));
-            continue;
-        }
-        if answer.content_type.as_deref() != Some("application/json") {
-            failures.push(format!("{name}: content-type {:?}", answer.content_type));
-        }
-        for problem in check_row(row, answer.status, &answer.json) {
-            failures.push(format!("{name}: {problem} (answer {})", answer.text));
-        }
-    }
+    let failures = refused_row_failures(&rows, SEARCH_PATH, async |request| call_search(&app, request).await).await;
     assert!(failures.is_empty(), "{} of {} rows failed:\n{}", failures.len(), rows.len(), failures.join("\n"));
 }
 
@@ -549,7 +430,7 @@ async fn edge_requests_are_answered_as_the_table_says() {
     let mut failures = Vec::new();
     for row in &rows {
         let name = row["name"].as_str().expect("every row has a name");
-        let answer = call_search(&app, row_request(row)).await;
+        let answer = call_search(&app, row_request(SEARCH_PATH, row)).await;
         if answer.status != 200 || answer.json["status"] != "ok" {
             failures.push(format!("{name}: {} {}", answer.status, answer.text));
             continue;
@@ -1555,13 +1436,7 @@ async fn wire_shapes_are_pinned() {
     // The LLM stages over the scripted model: list mode's query plan,
     // context mode's usage, then the stages' errors.
     let server = ModelServer::start().await;
-    let model = skald::config::ModelConfig::Openai {
-        base_url: server.base_url(),
-        model: "stub".into(),
-        api_key_env: "SKALD_TEST_UNSET_KEY".into(),
-        api_key_secret: None,
-        api_key: None,
-    };
+    let model = server.openai_model("stub");
     let (app, _dirs) = app_with_config(CONTEXT_CORPUS, |config| config.llm = Some(model)).await;
     let path = format!("{SESSIONS_PATH}/pin-llm/messages");
     let appended = sessions_post(&app, &path, &json!({"role": "user", "content": "the seaside dinner"})).await;

@@ -12,7 +12,7 @@ use skald::llm::ChatRequest;
 use skald::secrets::aws_sdk_secretsmanager::config::{BehaviorVersion, Credentials, Region};
 use skald::secrets::aws_sdk_secretsmanager::{Client, Config as ClientConfig};
 use skald::secrets::{pending, resolve_model_keys, resolve_model_keys_with};
-use skald_tests::model_server::{ModelServer, Reply};
+use skald_tests::model_server::{ModelServer, Reply, UNSET_KEY_ENV};
 
 /// A Secrets Manager client of the server at `endpoint`, with the static
 /// credentials and region the S3 suites use.
@@ -52,7 +52,7 @@ fn model(base_url: &str, secret: Option<&str>) -> ModelConfig {
     ModelConfig::Openai {
         base_url: base_url.to_owned(),
         model: "m".into(),
-        api_key_env: "SKALD_TEST_UNSET_KEY".into(),
+        api_key_env: UNSET_KEY_ENV.into(),
         api_key_secret: secret.map(str::to_owned),
         api_key: None,
     }

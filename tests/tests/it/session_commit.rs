@@ -13,23 +13,17 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use skald::app::App;
-use skald::config::{Config, IdentityConfig, IdentityMode, ModelConfig};
+use skald::config::{Config, IdentityConfig, IdentityMode};
 use skald::embed::Embedder;
 use skald::embed::hashed::HashedEmbedder;
 use skald::identity::{AccountId, Identity, UserId};
 use skald::sessions::{SessionId, Sessions};
 use skald::store::{PutMode, SharedStore};
 use skald_tests::fixture::{
-    EMBED_DIMENSION, Reply, SESSIONS_PATH, app_over_store, local_store, s3_shared_store, session_key, sessions_get,
+    EMBED_DIMENSION, Reply, SESSIONS_PATH, app_over_store, local_store, ok, s3_shared_store, session_key, sessions_get,
     sessions_post, store_json,
 };
 use skald_tests::model_server::{ModelServer, Reply as ModelReply};
-
-fn ok(reply: &Reply) -> &Value {
-    assert_eq!(reply.status, 200, "{}", reply.text);
-    assert_eq!(reply.json["status"], "ok", "{}", reply.text);
-    &reply.json["result"]
-}
 
 async fn append(app: &Arc<App>, id: &str, role: &str, text: &str) {
     let reply =
@@ -271,13 +265,7 @@ async fn concurrent_commits_make_one_archive_on_s3() {
 fn app_with_model(store: SharedStore, server: &ModelServer) -> Arc<App> {
     let config = Config {
         identity: IdentityConfig { mode: IdentityMode::Dev, ..IdentityConfig::default() },
-        llm: Some(ModelConfig::Openai {
-            base_url: server.base_url(),
-            model: "stub".into(),
-            api_key_env: "SKALD_TEST_UNSET_KEY".into(),
-            api_key_secret: None,
-            api_key: None,
-        }),
+        llm: Some(server.openai_model("stub")),
         ..Config::default()
     };
     let embedder: Arc<dyn Embedder> = Arc::new(HashedEmbedder::new(EMBED_DIMENSION));

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use skald::app::App;
 use skald::store::SharedStore;
 use skald_tests::fixture::{
-    Handler, Reply, SESSIONS_PATH, app_over_store, call, local_store, s3_shared_store, session_key, sessions_get,
+    Handler, Reply, SESSIONS_PATH, app_over_store, call, local_store, ok, s3_shared_store, session_key, sessions_get,
     sessions_post, store_json,
 };
 
@@ -30,13 +30,6 @@ fn batch_path(id: &str) -> String {
 
 fn session_path(id: &str) -> String {
     format!("{SESSIONS_PATH}/{id}")
-}
-
-/// Asserts a 200 envelope and returns `result`.
-fn ok(reply: &Reply) -> &Value {
-    assert_eq!(reply.status, 200, "{}", reply.text);
-    assert_eq!(reply.json["status"], "ok", "{}", reply.text);
-    &reply.json["result"]
 }
 
 /// Asserts an error envelope with `status` and `code`.

@@ -12,48 +12,20 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::{DIM, account, embedder};
 use bytes::Bytes;
 use serde_json::{Value, json};
-use skald::identity::AccountId;
-use skald::index::{COMPACT_AT, EmbedderInfo, IndexSnapshot, Manifest, Segment, commit, manifest_key};
+use skald::index::{COMPACT_AT, IndexSnapshot, Manifest, Segment, commit, manifest_key};
 use skald::store::{PutMode, SharedStore};
 use skald_tests::faults::{Fault, FaultyStore, Op, Rule};
 use skald_tests::fixture::{
-    DEFAULT_CORPUS, Handler, SEARCH_PATH, SESSIONS_PATH, TempDir, app_over_store, app_with_corpus_in, call,
-    file_record_of, session_key, sessions_get, sessions_post,
+    DEFAULT_CORPUS, Handler, SEARCH_PATH, SESSIONS_PATH, app_over_store, app_with_corpus_in, call, file_record_of,
+    session_key, sessions_get, sessions_post,
 };
 
-/// Runs each check against both backends: `local::<check>` and
-/// `s3::<check>`. Every check takes the store under the faults.
-macro_rules! fault_suite {
-    ($($check:ident),* $(,)?) => {
-        mod local {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $check() {
-                    let dir = super::TempDir::new(stringify!($check));
-                    let store: skald::store::SharedStore = std::sync::Arc::new(
-                        skald::store::local::LocalStore::open(dir.path()).expect("open the local store"),
-                    );
-                    Box::pin(super::$check(store)).await;
-                }
-            )*
-        }
-
-        mod s3 {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $check() {
-                    let store: skald::store::SharedStore =
-                        std::sync::Arc::new(skald_tests::moto::s3_store(stringify!($check)).await);
-                    Box::pin(super::$check(store)).await;
-                }
-            )*
-        }
-    };
-}
-
-fault_suite!(
+// Runs each check against both backends: `local::<check>` and
+// `s3::<check>`. Every check takes the store under the faults.
+skald_tests::on_both_stores!(worker_threads = 4;
     an_ambiguous_commit_lists_its_segment_once,
     an_ambiguous_compaction_keeps_its_merged_segment,
     a_compaction_that_cannot_read_back_deletes_nothing,
@@ -72,16 +44,6 @@ fault_suite!(
 );
 
 // ---------------------------------------------------------------- helpers
-
-const DIM: usize = 8;
-
-fn account() -> AccountId {
-    AccountId::new("acme").expect("valid account id")
-}
-
-fn embedder() -> EmbedderInfo {
-    EmbedderInfo { id: "test-fixed/8".to_owned(), dimension: DIM }
-}
 
 /// A one-record segment for `viking://resources/{name}.md`.
 fn one_record(name: &str) -> Segment {

@@ -9,42 +9,11 @@
 use std::sync::Arc;
 
 use skald::store::{DirListing, ObjectMeta, PutMode, SharedStore, Store, StoreError};
-use skald_tests::fixture::TempDir;
 
-/// Runs each check against both backends: `local::<check>` and
-/// `s3::<check>`. A check marked `(borrowed)` takes `&dyn Store`; one marked
-/// `(shared)` takes `&SharedStore`, to hand clones to the tasks it spawns.
-macro_rules! store_suite {
-    ($($check:ident($how:ident)),* $(,)?) => {
-        mod local {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $check() {
-                    let dir = super::TempDir::new(stringify!($check));
-                    let store: skald::store::SharedStore = std::sync::Arc::new(
-                        skald::store::local::LocalStore::open(dir.path()).expect("open the local store"),
-                    );
-                    super::$check(store_suite!(@arg $how store)).await;
-                }
-            )*
-        }
-
-        mod s3 {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $check() {
-                    let store: skald::store::SharedStore =
-                        std::sync::Arc::new(skald_tests::moto::s3_store(stringify!($check)).await);
-                    super::$check(store_suite!(@arg $how store)).await;
-                }
-            )*
-        }
-    };
-    (@arg borrowed $store:ident) => { &*$store };
-    (@arg shared $store:ident) => { &$store };
-}
-
-store_suite!(
+// Runs each check against both backends: `local::<check>` and
+// `s3::<check>`. A check marked `(borrowed)` takes `&dyn Store`; one marked
+// `(shared)` takes `&SharedStore`, to hand clones to the tasks it spawns.
+skald_tests::on_both_stores!(worker_threads = 2;
     get_put_round_trip(borrowed),
     missing_key_is_not_found(borrowed),
     key_below_an_object_is_not_found(borrowed),

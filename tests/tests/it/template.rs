@@ -8,7 +8,7 @@
 //! The translator is the Python package `samtranslator` (installed with
 //! cfn-lint, which `scripts/test.sh` runs on the same template). Without it
 //! this test says so on stderr and passes: the route-level part is also
-//! checked, by a line scanner, in `tests/tests/openapi.rs`.
+//! checked, by a line scanner, in `tests/tests/it/openapi.rs`.
 
 use std::process::Command;
 
