@@ -10,7 +10,7 @@ checks what the deployed API and roles would be:
     python3 tests/template_check.py [TEMPLATE]  # "template: N checks passed"
 
 Exit status 0 when every check passes, 1 with the failures listed, 2 when
-samtranslator is not installed. tests/tests/template.rs runs it.
+samtranslator is not installed. tests/tests/it/template.rs runs it.
 """
 
 import copy
