@@ -15,6 +15,11 @@
 //! - [`tables`]: the request tables of `find` and `search`: a row's
 //!   request and the check of a refused row's answer.
 //! - [`xml`]: a rendered block parsed back with a real XML parser.
+//! - [`on_both_stores!`]: a suite's checks as tests on both store
+//!   backends (`local::<check>`, `s3::<check>`).
+//!
+//! The suites themselves are one test binary, `tests/it/` (one module a
+//! suite): `cargo test -p skald-tests --test it find_api::` runs one.
 //!
 //! The one binary, `local_gateway` (`src/bin/local_gateway.rs`), serves
 //! every route on one loopback port for `scripts/conformance.sh`. The
