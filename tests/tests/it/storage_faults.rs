@@ -300,14 +300,17 @@ async fn a_batch_is_cut_at_the_deadline_and_says_so(store: SharedStore) {
     assert!((1..20).contains(&applied), "{}", cut.text);
     assert_eq!(cut.json["result"]["truncated"], true);
     assert_eq!(cut.json["result"]["message_count"], applied);
+    // The append the deadline cut has an unknown outcome: its write may
+    // still land, so the session holds the `applied` messages and at most
+    // that one more — never a gap, never out of order.
     let (count, seen) = session_view(&app, "slow").await;
-    assert_eq!(count, applied);
-    let expected: Vec<String> = (0..applied).map(|i| format!("s{i}")).collect();
-    assert_eq!(seen, expected, "the first `applied` messages, in order");
+    assert!(count == applied || count == applied + 1, "count {count}, applied {applied}");
+    let expected: Vec<String> = (0..count).map(|i| format!("s{i}")).collect();
+    assert_eq!(seen, expected, "the first messages, in order");
     // The client sends the whole batch again: each message once.
     let rest = sessions_post(&app, &path, &batch).await;
     assert_eq!(rest.json["result"]["truncated"], false, "{}", rest.text);
-    assert_eq!(rest.json["result"]["added"].as_u64(), Some(20 - applied));
+    assert_eq!(rest.json["result"]["added"].as_u64(), Some(20 - count));
     let all: Vec<String> = (0..20).map(|i| format!("s{i}")).collect();
     assert_eq!(session_view(&app, "slow").await, (20, all));
 }
