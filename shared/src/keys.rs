@@ -186,10 +186,14 @@ fn hash_secret(salt: &[u8], secret: &str) -> Vec<u8> {
     hasher.finalize().to_vec()
 }
 
-fn random_hex(bytes: usize) -> Result<String, KeyError> {
-    let mut buf = vec![0u8; bytes];
+fn random_bytes(n: usize) -> Result<Vec<u8>, KeyError> {
+    let mut buf = vec![0u8; n];
     getrandom::fill(&mut buf).map_err(|e| KeyError::Random(e.to_string()))?;
-    Ok(hex::encode(buf))
+    Ok(buf)
+}
+
+fn random_hex(n: usize) -> Result<String, KeyError> {
+    random_bytes(n).map(hex::encode)
 }
 
 /// The id and secret of a presented key, when it has the shape of one.
@@ -228,16 +232,15 @@ pub async fn create(
     for _ in 0..ATTEMPTS {
         let id = KeyId(random_hex(ID_HEX / 2)?);
         let secret = random_hex(SECRET_HEX / 2)?;
-        let salt = random_hex(16)?;
-        let salt_bytes = hex::decode(&salt).map_err(|e| KeyError::Random(e.to_string()))?;
+        let salt = random_bytes(16)?;
         let record = KeyRecord {
             id: id.0.clone(),
             account: account.to_string(),
             user: user.to_string(),
             role,
             created_at: created_at.clone(),
-            hash: hex::encode(hash_secret(&salt_bytes, &secret)),
-            salt,
+            hash: hex::encode(hash_secret(&salt, &secret)),
+            salt: hex::encode(&salt),
         };
         let body = Bytes::from(serde_json::to_vec_pretty(&record).map_err(|e| KeyError::Random(e.to_string()))?);
         let key = format!("{KEY_PREFIX}{id}_{secret}");

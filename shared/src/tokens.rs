@@ -82,10 +82,18 @@ fn escaped_quarter_tokens(c: char) -> usize {
 /// Cost: one pass over the kept prefix.
 #[must_use]
 pub fn truncate_to_tokens(text: &str, max_tokens: usize) -> &str {
-    let budget = max_tokens.saturating_mul(4);
+    prefix_within(text, max_tokens.saturating_mul(4), quarter_tokens)
+}
+
+/// The longest prefix of `text`, cut at a char boundary, whose characters
+/// cost at most `budget` in all by `cost`; `text` itself when it fits.
+///
+/// Cost: one pass over the kept prefix.
+#[must_use]
+pub fn prefix_within(text: &str, budget: usize, cost: impl Fn(char) -> usize) -> &str {
     let mut used = 0usize;
     for (at, c) in text.char_indices() {
-        used += quarter_tokens(c);
+        used += cost(c);
         if used > budget {
             return &text[..at];
         }
@@ -100,20 +108,16 @@ pub fn truncate_to_tokens(text: &str, max_tokens: usize) -> &str {
 /// Cost: one pass over the kept prefix.
 #[must_use]
 pub fn truncate_to_escaped_tokens(text: &str, max_tokens: usize) -> &str {
-    let budget = max_tokens.saturating_mul(4);
-    let mut used = 0usize;
-    for (at, c) in text.char_indices() {
-        used += escaped_quarter_tokens(c)
+    let cost = |c| {
+        escaped_quarter_tokens(c)
             + match c {
                 '<' | '>' => 3,
                 '&' | '\r' => 4,
                 _ => 0,
-            };
-        if used > budget {
-            return text[..at].trim_end();
-        }
-    }
-    text
+            }
+    };
+    let kept = prefix_within(text, max_tokens.saturating_mul(4), cost);
+    if kept.len() == text.len() { text } else { kept.trim_end() }
 }
 
 #[cfg(test)]

@@ -135,14 +135,7 @@ pub fn largest_fitting(n: usize, mut fits: impl FnMut(usize) -> bool) -> usize {
 /// [`text_char_len`]).
 #[must_use]
 pub fn fit_text(text: &str, bytes: usize) -> &str {
-    let mut used = 0usize;
-    for (i, c) in text.char_indices() {
-        used += text_char_len(c);
-        if used > bytes {
-            return &text[..i];
-        }
-    }
-    text
+    crate::tokens::prefix_within(text, bytes, text_char_len)
 }
 
 /// `{"status":"ok","result":…}` as a 200, with `"truncated": true` after
