@@ -19,6 +19,8 @@ pub struct Parsed {
     pub score: String,
     /// The `detail` attribute.
     pub detail: String,
+    /// Whether `truncated="true"` is present (the only value it may have).
+    pub truncated: bool,
     /// The text content; `None` for a self-closing element.
     pub text: Option<String>,
 }
@@ -34,12 +36,24 @@ fn parsed_attributes(e: &BytesStart<'_>) -> Result<Parsed, String> {
             return Err(format!("duplicate attribute {key}"));
         }
     }
+    let truncated = match found.remove("truncated").as_deref() {
+        None => false,
+        Some("true") => true,
+        Some(other) => return Err(format!("truncated={other:?}, want \"true\" or no attribute")),
+    };
     let keys: Vec<&str> = found.keys().map(String::as_str).collect();
     if keys != ["detail", "score", "type", "uri"] {
-        return Err(format!("attributes {keys:?}, want uri, type, score, detail"));
+        return Err(format!("attributes {keys:?}, want uri, type, score, detail (and truncated)"));
     }
     let mut take = |k: &str| found.remove(k).unwrap_or_default();
-    Ok(Parsed { uri: take("uri"), category: take("type"), score: take("score"), detail: take("detail"), text: None })
+    Ok(Parsed {
+        uri: take("uri"),
+        category: take("type"),
+        score: take("score"),
+        detail: take("detail"),
+        truncated,
+        text: None,
+    })
 }
 
 /// Parses a rendered block wrapped in `<root>…</root>` with quick-xml (no

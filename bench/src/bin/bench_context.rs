@@ -337,9 +337,16 @@ async fn phases(app: &App, identity: &Identity, body: &Value, out: &mut Phases) 
         .entries
         .iter()
         .zip(&reads.texts)
-        .map(|(p, (tier, text))| {
+        .map(|(p, shown)| {
             let c = &candidates[p.candidate];
-            EntryView { uri: c.uri.as_str(), category: c.category.as_str(), score: c.score, tier: *tier, text }
+            EntryView {
+                uri: c.uri.as_str(),
+                category: c.category.as_str(),
+                score: c.score,
+                tier: shown.tier,
+                text: &shown.text,
+                truncated: shown.truncated,
+            }
         })
         .collect();
     let rendered = render::render(&views);

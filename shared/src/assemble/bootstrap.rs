@@ -35,7 +35,7 @@ use crate::tokens::{estimate_escaped_tokens, estimate_tokens, truncate_to_escape
 use crate::uri::{VikingUri, tree_key};
 
 /// The instructions template's version.
-pub const INSTRUCTIONS_VERSION: &str = "2";
+pub const INSTRUCTIONS_VERSION: &str = "3";
 
 /// How to use the memory this block comes from: static text, versioned.
 /// It names only tools and routes that exist (a test holds it to the MCP
@@ -43,8 +43,9 @@ pub const INSTRUCTIONS_VERSION: &str = "2";
 pub const INSTRUCTIONS: &str = "\
 Skald memory — how to use it:
 - Each <memory> element is one node of the user's memory tree; its uri attribute names it (viking://…; viking://~/… is the user's own tree).
-- detail says how much is shown: uri (name only) < abstract < overview < full. Expand a uri with the read tool
-  or GET /api/v1/content/read?uri=…; browse a directory with the list tool or GET /api/v1/fs/ls?uri=….
+- detail says how much is shown: uri (name only) < abstract < overview < full; truncated=\"true\" marks a text cut to fit.
+  Expand a uri with the read tool or GET /api/v1/content/read?uri=…; browse a directory with the list tool or
+  GET /api/v1/fs/ls?uri=….
 - For more context on a question, use the search tool (mode context) or the recall tool, or
   POST /api/v1/search/search {\"mode\":\"context\",\"query\":…}.
 - identity is who you are talking to; working_state is what they are doing now; continuity is where the last session stopped; listing is what else exists.
@@ -230,10 +231,10 @@ fn listing(snapshot: &IndexSnapshot, identity: &Identity, skip: &[VikingUri], ma
 }
 
 /// An entry whose text is known (not planned from the index): shown whole
-/// if it fits `budget`, else cut at the head to fit (the URI stays); `None`
-/// when not even a bare element fits.
+/// if it fits `budget`, else its head cut to fit and marked `truncated`
+/// (the URI stays); `None` when not even a bare element fits.
 fn text_entry(uri: &VikingUri, category: Category, text: &str, budget: usize) -> Option<(Entry, usize)> {
-    let make = |tier, text: String| Entry {
+    let make = |tier, text: String, truncated| Entry {
         candidate: Candidate {
             uri: uri.clone(),
             category,
@@ -250,6 +251,7 @@ fn text_entry(uri: &VikingUri, category: Category, text: &str, budget: usize) ->
         },
         tier,
         text,
+        truncated,
     };
     let cost = |e: &Entry| {
         estimate_tokens(&render(&[EntryView {
@@ -258,24 +260,25 @@ fn text_entry(uri: &VikingUri, category: Category, text: &str, budget: usize) ->
             score: 1.0,
             tier: e.tier,
             text: &e.text,
+            truncated: e.truncated,
         }]))
     };
-    let whole = make(Tier::Full, text.trim().to_owned());
+    let whole = make(Tier::Full, text.trim().to_owned(), false);
     let whole_cost = cost(&whole);
     if whole_cost <= budget {
         return Some((whole, whole_cost));
     }
-    let envelope = cost(&make(Tier::Full, String::new()));
+    let envelope = cost(&make(Tier::Full, String::new(), true));
     let room = budget.saturating_sub(envelope + 1);
     let head = truncate_to_escaped_tokens(text.trim(), room);
     if !head.is_empty() && estimate_escaped_tokens(head) > 0 {
-        let cut = make(Tier::Full, format!("{head}\n…"));
+        let cut = make(Tier::Full, head.to_owned(), true);
         let c = cost(&cut);
         if c <= budget {
             return Some((cut, c));
         }
     }
-    let bare = make(Tier::Uri, String::new());
+    let bare = make(Tier::Uri, String::new(), false);
     let c = cost(&bare);
     (c <= budget).then_some((bare, c))
 }
@@ -365,10 +368,11 @@ pub async fn bootstrap(
                     bytes_read += read.bytes_read;
                     dropped += planned.dropped;
                     used = planned.tokens;
-                    slot_entries.extend(planned.entries.iter().zip(read.texts).map(|(p, (tier, text))| Entry {
+                    slot_entries.extend(planned.entries.iter().zip(read.texts).map(|(p, shown)| Entry {
                         candidate: candidates[p.candidate].clone(),
-                        tier,
-                        text,
+                        tier: shown.tier,
+                        text: shown.text,
+                        truncated: shown.truncated,
                     }));
                 } else {
                     dropped += candidates.len();

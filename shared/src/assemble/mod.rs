@@ -29,7 +29,8 @@ use render::EntryView;
 
 /// One served entry. Serialises as the response's `entries[]` item
 /// (`Entry` in `infra/openapi.json`): `uri`, `category`, `score` (0 when
-/// not finite), `detail` (the tier), `text`, `origin`.
+/// not finite), `detail` (the tier), `text`, `origin`, and `truncated:
+/// true` only when the text was cut to fit.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
     /// The candidate it shows.
@@ -38,6 +39,9 @@ pub struct Entry {
     pub tier: Tier,
     /// The text shown (empty for `uri`).
     pub text: String,
+    /// Whether `text` is cut short of its tier's whole text (a prefix of
+    /// it) to fit the budget.
+    pub truncated: bool,
 }
 
 impl Entry {
@@ -48,6 +52,7 @@ impl Entry {
             score: self.candidate.score,
             tier: self.tier,
             text: &self.text,
+            truncated: self.truncated,
         }
     }
 }
@@ -61,6 +66,8 @@ struct EntryItem<'a> {
     detail: &'static str,
     text: &'a str,
     origin: &'static str,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    truncated: bool,
 }
 
 impl Serialize for Entry {
@@ -72,6 +79,7 @@ impl Serialize for Entry {
             detail: self.tier.as_str(),
             text: &self.text,
             origin: self.candidate.origin.as_str(),
+            truncated: self.truncated,
         }
         .serialize(serializer)
     }
@@ -232,6 +240,7 @@ pub(crate) fn render_within(entries: &mut Vec<Entry>, max_tokens: usize) -> (Str
         if let Some(last) = entries.iter_mut().rev().find(|e| e.tier != Tier::Uri) {
             last.tier = Tier::Uri;
             last.text.clear();
+            last.truncated = false;
         } else {
             entries.pop();
         }
@@ -311,7 +320,12 @@ async fn assemble_with(
         .entries
         .iter()
         .zip(reads.texts)
-        .map(|(p, (tier, text))| Entry { candidate: candidates[p.candidate].clone(), tier, text })
+        .map(|(p, shown)| Entry {
+            candidate: candidates[p.candidate].clone(),
+            tier: shown.tier,
+            text: shown.text,
+            truncated: shown.truncated,
+        })
         .collect();
     let (rendered, used) = render_within(&mut entries, params.max_tokens);
     let (rendered, used) = if params.render { (rendered, used) } else { (String::new(), 0) };

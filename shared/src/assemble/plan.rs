@@ -4,13 +4,23 @@
 //! (the abstract's tokens and the record's overview and full token counts),
 //! so the reads the plan asks for are never wasted.
 //!
-//! `detail = auto` fills breadth first: round 0 puts every entry at
-//! `abstract` while the budget lasts (a bare `uri` when that is all that
-//! fits); round 1 lifts
-//! directories to `overview`; round 2 lifts files to `full` (else to
-//! `overview`) — both in rank order and within the per-entry cap; a last
-//! round spends what is left past the cap. A pinned tier places each entry
-//! at its pin (within its ceiling) or drops it.
+//! `detail = auto` spends tokens on rank:
+//! - round 0 gives every entry, in rank order, its floor text (the
+//!   abstract; an overview or body for a node without one) whole when it
+//!   fits within the floor cap and the budget, else cut to fit (at a
+//!   character boundary, rendered `truncated="true"`) when at least
+//!   [`MIN_CUT_TOKENS`] of it fit; an entry that fits no text is left out;
+//! - round 0b gives cut entries, in rank order, what they lack (whole, or
+//!   cut longer);
+//! - round 1 lifts directories to `overview`, round 2 files to `full`
+//!   (else `overview`), both in rank order within the per-entry cap; a
+//!   spare round spends what is left past the cap;
+//! - last, a bare URI goes to left-out entries ranked below every entry
+//!   with text, while they fit.
+//!
+//! So a higher-ranked entry is never a bare URI while a lower-ranked one
+//! carries text, and fewer entries with text beat more without. A pinned
+//! tier places each entry at its pin (within its ceiling) or drops it.
 
 use std::collections::HashSet;
 
@@ -30,6 +40,9 @@ pub struct Planned {
     pub tokens: usize,
     /// Tokens its body may take once read (the body's share of `tokens`).
     pub body_tokens: usize,
+    /// Whether the body is cut short of its tier's whole text (to
+    /// `body_tokens`).
+    pub cut: bool,
 }
 
 /// Upgrade counts, as `stats.fill`.
@@ -77,10 +90,23 @@ pub struct PlanRequest<'a> {
 /// The tokens a separator (`"\n"`) adds: an upper bound of its quarter.
 const SEPARATOR_TOKENS: usize = 1;
 
+/// The fewest body tokens a cut text keeps (about a short sentence): a
+/// text that fits less is left out rather than shown as a stub.
+pub const MIN_CUT_TOKENS: usize = 16;
+
 /// The per-entry cap: twice an even share of the budget.
 #[must_use]
 pub fn per_entry_cap(max_tokens: usize, candidates: usize) -> usize {
     (max_tokens / candidates.max(1) * 2).max(1)
+}
+
+/// The most round 0 gives one entry's floor text before cutting it: the
+/// per-entry cap, but at least a quarter of the budget (abstracts are short
+/// by construction, cut at ingest, so most show whole even when many
+/// candidates make the per-entry cap small).
+#[must_use]
+pub fn floor_cap(max_tokens: usize, candidates: usize) -> usize {
+    per_entry_cap(max_tokens, candidates).max(max_tokens / 4)
 }
 
 /// The deepest tier a candidate may reach without a pin: directories stop
@@ -120,13 +146,34 @@ fn body_tokens(c: &Candidate, tier: Tier) -> Option<usize> {
     Some(tokens as usize)
 }
 
+/// The exact envelope of `c` at `tier` (marked cut or not), in quarter
+/// tokens.
+fn envelope(c: &Candidate, tier: Tier, truncated: bool) -> usize {
+    let view =
+        EntryView { uri: c.uri.as_str(), category: c.category.as_str(), score: c.score, tier, text: "", truncated };
+    envelope_quarters(&view)
+}
+
 /// The rendered tokens of `c` at `tier` (body estimate plus the exact
 /// envelope), and the body's share.
 fn cost(c: &Candidate, tier: Tier) -> Option<(usize, usize)> {
     let body = body_tokens(c, tier)?;
-    let view = EntryView { uri: c.uri.as_str(), category: c.category.as_str(), score: c.score, tier, text: "" };
-    let quarters = envelope_quarters(&view) + body * 4;
-    Some((quarters.div_ceil(4), body))
+    Some(((envelope(c, tier, false) + body * 4).div_ceil(4), body))
+}
+
+/// `c` at `tier` cut to fit `room` tokens: its rendered tokens and body,
+/// or `None` when fewer than [`MIN_CUT_TOKENS`] of the body fit (or the
+/// whole text fits, which is no cut).
+fn cut_cost(c: &Candidate, tier: Tier, room: usize) -> Option<(usize, usize)> {
+    let whole = body_tokens(c, tier)?;
+    let body = (room * 4).checked_sub(envelope(c, tier, true))? / 4;
+    (body >= MIN_CUT_TOKENS && body < whole).then_some(((envelope(c, tier, true) + body * 4).div_ceil(4), body))
+}
+
+/// The tier of `c`'s floor text under `detail = auto`: its abstract, or
+/// for a node without one the shallowest deeper text within its ceiling.
+fn floor_tier(c: &Candidate) -> Option<Tier> {
+    [Tier::Abstract, Tier::Overview, Tier::Full].into_iter().find(|t| *t <= ceiling(c) && body_tokens(c, *t).is_some())
 }
 
 struct Budget {
@@ -138,8 +185,16 @@ struct Budget {
 
 impl Budget {
     fn fits(&self, delta: usize, category: Category) -> bool {
-        self.used + delta <= self.max
-            && (category != Category::Events || self.events_max.is_none_or(|m| self.events_used + delta <= m))
+        delta <= self.room(category)
+    }
+
+    /// The tokens an entry of `category` may still take.
+    fn room(&self, category: Category) -> usize {
+        let all = self.max.saturating_sub(self.used);
+        match self.events_max {
+            Some(m) if category == Category::Events => all.min(m.saturating_sub(self.events_used)),
+            _ => all,
+        }
     }
 
     /// Whether replacing an entry of `old` tokens by one of `new` fits (a
@@ -171,65 +226,80 @@ impl Budget {
 pub fn plan(candidates: &[Candidate], request: &PlanRequest<'_>) -> Plan {
     let max = request.max_tokens.max(1);
     let cap = per_entry_cap(max, candidates.len());
-    // Abstracts are short by construction (cut at ingest), so round 0 shows
-    // every entry's abstract while the budget lasts even when many
-    // candidates make the per-entry cap small; only an abstract over a
-    // quarter of the budget (and the cap) falls to a bare URI.
-    let floor_cap = cap.max(max / 4);
+    let floor_cap = floor_cap(max, candidates.len());
     let events_max = request.events_budget_share.map(|s| (max as f64 * s.clamp(0.0, 1.0)) as usize);
     let mut budget = Budget { max, used: 0, events_max, events_used: 0 };
     let mut out = Plan { per_entry_cap: cap, ..Plan::default() };
     let mut seen: HashSet<&str> = HashSet::new();
+    // Candidates with no text placed, for the bare-URI round.
+    let mut left_out: Vec<usize> = Vec::new();
 
-    // Round 0: every entry at its floor, in rank order.
+    // Round 0: every entry's floor, in rank order.
     for (i, c) in candidates.iter().enumerate() {
         if !seen.insert(c.dedup_key.as_str()) {
             out.deduped += 1;
             continue;
         }
         let sep = if out.entries.is_empty() { 0 } else { SEPARATOR_TOKENS };
-        let tiers: Vec<Tier> = match request.detail.pin(c.category) {
-            // A pin: the pinned tier, else the best available below it; never a bare URI.
+        let chosen = match request.detail.pin(c.category) {
+            // A pin: the pinned tier, else the best available below it, if
+            // it fits (a pin is explicit: no cap); never a bare URI or a cut.
             Some(pin) => {
                 let top = pinned_tier(c, request.detail, pin);
-                [Tier::Full, Tier::Overview, Tier::Abstract].into_iter().filter(|t| *t <= top).collect()
+                [Tier::Full, Tier::Overview, Tier::Abstract]
+                    .into_iter()
+                    .filter(|t| *t <= top)
+                    .find_map(|t| cost(c, t).map(|(tokens, body)| (t, tokens, body)))
+                    .filter(|(_, tokens, _)| budget.fits(tokens + sep, c.category))
+                    .map(|(tier, tokens, body)| Planned { candidate: i, tier, tokens, body_tokens: body, cut: false })
             }
-            None => vec![Tier::Abstract, Tier::Uri],
-        };
-        let available: Vec<(Tier, usize, usize)> =
-            tiers.iter().filter_map(|t| cost(c, *t).map(|(tokens, body)| (*t, tokens, body))).collect();
-        let first = if request.detail.pin(c.category).is_some() { available.first().copied() } else { None };
-        let chosen = match first {
-            // Pinned: the first available tier if it fits (a pin is explicit: no cap), or dropped.
-            Some((tier, tokens, body)) => budget.fits(tokens + sep, c.category).then_some((tier, tokens, body)),
-            None if request.detail.pin(c.category).is_some() => None,
-            None => available.iter().copied().find(|(tier, tokens, _)| {
-                (*tier == Tier::Uri || *tokens <= floor_cap) && budget.fits(tokens + sep, c.category)
+            None => floor_tier(c).and_then(|tier| {
+                // The floor cap, but never below the shortest cut: a text
+                // beats a bare URI even when many candidates share a small
+                // budget.
+                let shortest_cut = (envelope(c, tier, true) + MIN_CUT_TOKENS * 4).div_ceil(4);
+                let room = floor_cap.max(shortest_cut).min(budget.room(c.category).saturating_sub(sep));
+                let (tokens, body) = cost(c, tier)?;
+                if tokens <= room {
+                    Some(Planned { candidate: i, tier, tokens, body_tokens: body, cut: false })
+                } else {
+                    cut_cost(c, tier, room).map(|(tokens, body)| Planned {
+                        candidate: i,
+                        tier,
+                        tokens,
+                        body_tokens: body,
+                        cut: true,
+                    })
+                }
             }),
         };
         match chosen {
-            Some((tier, tokens, body)) => {
-                budget.spend(tokens + sep, c.category);
-                out.entries.push(Planned { candidate: i, tier, tokens, body_tokens: body });
+            Some(p) => {
+                budget.spend(p.tokens + sep, c.category);
+                out.entries.push(p);
             }
-            None => out.dropped += 1,
+            None => left_out.push(i),
         }
     }
     // Upgrades, only for entries that fill automatically.
     let auto = |p: &Planned| request.detail.pin(candidates[p.candidate].category).is_none();
 
-    // Round 0b: once every entry has its floor, bare URIs whose abstract was
-    // over the round-0 cap get it now, in rank order, while it fits.
+    // Round 0b: cut entries, in rank order, get what they lack: their
+    // whole text if it fits, else as much more of it as fits.
     for slot in 0..out.entries.len() {
         let p = out.entries[slot];
         let c = &candidates[p.candidate];
-        if p.tier == Tier::Uri
-            && auto(&p)
-            && let Some((tokens, body)) = cost(c, Tier::Abstract)
-            && budget.fits_swap(p.tokens, tokens, c.category)
-        {
+        if !p.cut {
+            continue;
+        }
+        let room = p.tokens + budget.room(c.category);
+        let grown = match cost(c, p.tier) {
+            Some((tokens, body)) if tokens <= room => Some((tokens, body, false)),
+            _ => cut_cost(c, p.tier, room).filter(|(_, body)| *body > p.body_tokens).map(|(t, b)| (t, b, true)),
+        };
+        if let Some((tokens, body, cut)) = grown {
             budget.swap(p.tokens, tokens, c.category);
-            out.entries[slot] = Planned { tier: Tier::Abstract, tokens, body_tokens: body, ..p };
+            out.entries[slot] = Planned { tokens, body_tokens: body, cut, ..p };
         }
     }
     out.fill.floor_tokens = budget.used;
@@ -245,8 +315,6 @@ pub fn plan(candidates: &[Candidate], request: &PlanRequest<'_>) -> Plan {
         for slot in 0..out.entries.len() {
             let p = out.entries[slot];
             let c = &candidates[p.candidate];
-            // A bare URI can deepen too (a node with no abstract may still
-            // have an overview or a body).
             if !auto(&p) || !eligible(c) {
                 continue;
             }
@@ -257,7 +325,7 @@ pub fn plan(candidates: &[Candidate], request: &PlanRequest<'_>) -> Plan {
             });
             if let Some((tier, tokens, body)) = upgrade {
                 budget.swap(p.tokens, tokens, c.category);
-                out.entries[slot] = Planned { tier, tokens, body_tokens: body, ..p };
+                out.entries[slot] = Planned { tier, tokens, body_tokens: body, cut: false, ..p };
                 match (round, tier) {
                     (2, _) => out.fill.spare_upgrades += 1,
                     (_, Tier::Full) => out.fill.full_upgrades += 1,
@@ -266,6 +334,24 @@ pub fn plan(candidates: &[Candidate], request: &PlanRequest<'_>) -> Plan {
             }
         }
     }
+
+    // Last: bare URIs for left-out entries ranked below every entry with
+    // text, while they fit (the entries stay in rank order).
+    let last_text = out.entries.last().map(|p| p.candidate);
+    for i in left_out.into_iter().filter(|i| last_text.is_none_or(|last| *i > last)) {
+        let c = &candidates[i];
+        if request.detail.pin(c.category).is_some() {
+            continue;
+        }
+        let sep = if out.entries.is_empty() { 0 } else { SEPARATOR_TOKENS };
+        if let Some((tokens, _)) = cost(c, Tier::Uri)
+            && budget.fits(tokens + sep, c.category)
+        {
+            budget.spend(tokens + sep, c.category);
+            out.entries.push(Planned { candidate: i, tier: Tier::Uri, tokens, body_tokens: 0, cut: false });
+        }
+    }
+    out.dropped = candidates.len() - out.deduped - out.entries.len();
     out.tokens = budget.used;
     out
 }
@@ -322,15 +408,46 @@ mod tests {
     }
 
     #[test]
-    fn entries_that_fit_nowhere_else_are_bare_uris_or_dropped() {
+    fn fewer_entries_with_text_beat_more_bare_ones() {
         let cs: Vec<Candidate> = (0..20)
             .map(|i| cand(&format!("user/u/memories/entities/e{i}.md"), Category::Entities, 0.5, (30, None, Some(100))))
             .collect();
         let p = plan(&cs, &auto(200));
         assert!(p.tokens <= 200);
-        assert!(p.entries.iter().any(|e| e.tier == Tier::Uri), "{p:?}");
+        assert!(p.entries.iter().all(|e| e.tier == Tier::Abstract), "{p:?}");
         assert_eq!(p.entries.len() + p.dropped, 20);
-        assert!(p.dropped > 0);
+        assert_eq!(tiers(&p).iter().map(|t| t.0).collect::<Vec<_>>(), [0, 1, 2], "the best, in rank order");
+    }
+
+    #[test]
+    fn an_abstract_over_the_floor_cap_is_cut_not_bared() {
+        // Dense abstracts (as CJK ones are) over a quarter of the budget.
+        let mut cs: Vec<Candidate> = (0..3)
+            .map(|i| cand(&format!("user/u/memories/entities/e{i}.md"), Category::Entities, 0.9, (120, None, None)))
+            .collect();
+        cs.extend((3..8).map(|i| cand(&format!("resources/r{i}.md"), Category::Resources, 0.5, (20, None, None))));
+        let p = plan(&cs, &auto(300));
+        assert!(p.tokens <= 300, "{p:?}");
+        let top: Vec<_> = p.entries.iter().take(3).map(|e| (e.candidate, e.tier, e.cut)).collect();
+        assert_eq!(top, [(0, Tier::Abstract, true), (1, Tier::Abstract, true), (2, Tier::Abstract, true)], "{p:?}");
+        assert!(p.entries.iter().all(|e| e.tier != Tier::Uri && e.body_tokens >= MIN_CUT_TOKENS), "{p:?}");
+        // With room, the cut grows back to the whole abstract.
+        let p = plan(&cs[..1], &auto(300));
+        assert_eq!((p.entries[0].tier, p.entries[0].cut, p.entries[0].body_tokens), (Tier::Abstract, false, 120));
+    }
+
+    #[test]
+    fn bare_uris_only_below_every_entry_with_text() {
+        let cs = [
+            cand("resources/none0.md", Category::Resources, 0.9, (0, None, None)),
+            cand("resources/a.md", Category::Resources, 0.8, (10, None, None)),
+            cand("resources/b.md", Category::Resources, 0.7, (10, None, None)),
+            cand("resources/none3.md", Category::Resources, 0.6, (0, None, None)),
+            cand("resources/none4.md", Category::Resources, 0.5, (0, None, None)),
+        ];
+        let p = plan(&cs, &auto(1000));
+        assert_eq!(tiers(&p), [(1, Tier::Abstract), (2, Tier::Abstract), (3, Tier::Uri), (4, Tier::Uri)]);
+        assert_eq!(p.dropped, 1, "the best has no text and ranks above text: left out");
     }
 
     #[test]

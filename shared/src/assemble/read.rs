@@ -1,14 +1,16 @@
 //! Executing a plan's reads: only the entries planned at `overview` or
 //! `full`, at most [`READ_CONCURRENCY`] at a time, results in plan order.
-//! A text longer than planned (the file changed since it was indexed) is
-//! cut to its planned size; a failed read falls back to the abstract (or
-//! a bare URI), so the budget always holds.
+//! An abstract the plan cut is cut here (no read); a text longer than
+//! planned (the file changed since it was indexed) is cut to its planned
+//! size; both are marked `truncated`. A failed read falls back to the
+//! abstract (or a bare URI), so the budget always holds.
 
 use futures_util::{StreamExt as _, stream};
 
 use super::candidate::Candidate;
 use super::params::Tier;
-use super::plan::Plan;
+use super::plan::{Plan, Planned};
+use super::render::TRUNCATED_MARK_TOKENS;
 use crate::identity::AccountId;
 use crate::index::extract::{directory_overview, file_overview, full_text};
 use crate::ingest::OVERVIEW_SIDECAR;
@@ -17,7 +19,35 @@ use crate::tokens::{estimate_escaped_tokens, truncate_to_escaped_tokens};
 use crate::uri::tree_key;
 
 /// An entry's final tier and text.
-type Shown = (Tier, String);
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shown {
+    /// The tier shown.
+    pub tier: Tier,
+    /// Its text (empty for [`Tier::Uri`]).
+    pub text: String,
+    /// Whether `text` is a prefix cut short of the tier's whole text.
+    pub truncated: bool,
+}
+
+impl Shown {
+    /// `text` (a tier's whole text) within the planned body, marked when
+    /// cut. A cut the plan priced (`planned.cut`) takes the whole planned
+    /// body; one it did not (the text grew since it was indexed) leaves
+    /// [`TRUNCATED_MARK_TOKENS`] for the mark, so the plan's cost holds.
+    fn fitted(tier: Tier, text: &str, planned: &Planned) -> Self {
+        let room = if planned.cut || estimate_escaped_tokens(text) <= planned.body_tokens {
+            planned.body_tokens
+        } else {
+            planned.body_tokens.saturating_sub(TRUNCATED_MARK_TOKENS)
+        };
+        let fitted = truncate_to_escaped_tokens(text, room);
+        Self { tier, text: fitted.to_owned(), truncated: fitted.len() < text.len() }
+    }
+
+    fn bare() -> Self {
+        Self { tier: Tier::Uri, text: String::new(), truncated: false }
+    }
+}
 /// A read's outcome: bytes fetched, or why it failed.
 type ReadResult = Result<u64, String>;
 
@@ -29,7 +59,7 @@ pub const READ_CONCURRENCY: usize = 8;
 pub struct Reads {
     /// Per plan entry: its tier and text after reading (a failed read falls
     /// back to `abstract` or `uri`).
-    pub texts: Vec<(Tier, String)>,
+    pub texts: Vec<Shown>,
     /// Bytes fetched from the store.
     pub bytes_read: u64,
     /// Objects fetched.
@@ -57,11 +87,11 @@ fn extract(c: &Candidate, tier: Tier, body: &str) -> Option<String> {
 
 /// The text to show when a read gave nothing: the abstract if it fits the
 /// planned body, else a bare URI.
-fn fallback(c: &Candidate, body_tokens: usize) -> (Tier, String) {
+fn fallback(c: &Candidate, body_tokens: usize) -> Shown {
     if !c.abstract_text.is_empty() && estimate_escaped_tokens(&c.abstract_text) <= body_tokens {
-        (Tier::Abstract, c.abstract_text.clone())
+        Shown { tier: Tier::Abstract, text: c.abstract_text.clone(), truncated: false }
     } else {
-        (Tier::Uri, String::new())
+        Shown::bare()
     }
 }
 
@@ -76,45 +106,42 @@ pub async fn read_planned(store: &SharedStore, account: &AccountId, candidates: 
         .entries
         .iter()
         .map(|p| match p.tier {
-            Tier::Abstract => ((Tier::Abstract, candidates[p.candidate].abstract_text.clone()), None),
-            _ => ((Tier::Uri, String::new()), None),
+            Tier::Abstract => (Shown::fitted(Tier::Abstract, &candidates[p.candidate].abstract_text, p), None),
+            _ => (Shown::bare(), None),
         })
         .collect();
-    let jobs = plan
-        .entries
-        .iter()
-        .copied()
-        .enumerate()
-        .filter(|(_, p)| matches!(p.tier, Tier::Overview | Tier::Full))
-        .map(|(slot, p)| {
-            let c = &candidates[p.candidate];
-            let tier = p.tier;
-            async move {
-                let Some(key) = key_for(account, c) else { return (slot, (fallback(c, p.body_tokens), None)) };
-                let outcome = match store.get(&key).await {
-                    Ok(object) => {
-                        let size = object.body.len() as u64;
-                        let body = String::from_utf8_lossy(&object.body);
-                        let read = match extract(c, tier, &body) {
-                            Some(text) => {
-                                let fitted = truncate_to_escaped_tokens(&text, p.body_tokens);
-                                if fitted.is_empty() { fallback(c, p.body_tokens) } else { (tier, fitted.to_owned()) }
-                            }
-                            None => fallback(c, p.body_tokens),
-                        };
-                        (read, Some(Ok(size)))
-                    }
-                    Err(e) => {
-                        let message = match &e {
-                            StoreError::NotFound(_) => format!("{} is in the index but not in the store", c.uri),
-                            other => other.to_string(),
-                        };
-                        (fallback(c, p.body_tokens), Some(Err(message)))
-                    }
-                };
-                (slot, outcome)
-            }
-        });
+    let jobs =
+        plan.entries.iter().copied().enumerate().filter(|(_, p)| matches!(p.tier, Tier::Overview | Tier::Full)).map(
+            |(slot, p)| {
+                let c = &candidates[p.candidate];
+                let tier = p.tier;
+                async move {
+                    let Some(key) = key_for(account, c) else { return (slot, (fallback(c, p.body_tokens), None)) };
+                    let outcome = match store.get(&key).await {
+                        Ok(object) => {
+                            let size = object.body.len() as u64;
+                            let body = String::from_utf8_lossy(&object.body);
+                            let read = match extract(c, tier, &body) {
+                                Some(text) => {
+                                    let shown = Shown::fitted(tier, &text, &p);
+                                    if shown.text.is_empty() { fallback(c, p.body_tokens) } else { shown }
+                                }
+                                None => fallback(c, p.body_tokens),
+                            };
+                            (read, Some(Ok(size)))
+                        }
+                        Err(e) => {
+                            let message = match &e {
+                                StoreError::NotFound(_) => format!("{} is in the index but not in the store", c.uri),
+                                other => other.to_string(),
+                            };
+                            (fallback(c, p.body_tokens), Some(Err(message)))
+                        }
+                    };
+                    (slot, outcome)
+                }
+            },
+        );
     let reads: Vec<_> = stream::iter(jobs).buffered(READ_CONCURRENCY).collect().await;
     for (slot, outcome) in reads {
         results[slot] = outcome;

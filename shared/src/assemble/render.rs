@@ -11,6 +11,9 @@
 //! </memory>
 //! <memory uri="viking://resources/aws" type="resources" score="0.51" detail="uri"/>
 //! ```
+//!
+//! A text cut short of its tier's whole text (to fit the budget) carries
+//! `truncated="true"` after `detail`; its text is a prefix of the whole.
 
 use quick_xml::Writer;
 use quick_xml::events::{BytesEnd, BytesStart, BytesText, Event};
@@ -23,6 +26,9 @@ use crate::xml_text::escape_text;
 pub const ELEMENT: &str = "memory";
 /// What joins entries.
 pub const SEPARATOR: &str = "\n";
+/// Tokens the `truncated="true"` mark adds to an element (17 ASCII
+/// characters, rounded up): what a cut the plan did not price leaves for it.
+pub const TRUNCATED_MARK_TOKENS: usize = 5;
 
 /// What one rendered element shows.
 #[derive(Debug, Clone, Copy)]
@@ -37,15 +43,19 @@ pub struct EntryView<'a> {
     pub tier: Tier,
     /// The body (ignored for [`Tier::Uri`]).
     pub text: &'a str,
+    /// Whether the body is cut short of its tier's whole text: renders
+    /// `truncated="true"`.
+    pub truncated: bool,
 }
 
 fn start<'a>(view: &'a EntryView<'a>, score: &'a str) -> BytesStart<'a> {
-    BytesStart::new(ELEMENT).with_attributes([
+    let head = BytesStart::new(ELEMENT).with_attributes([
         ("uri", view.uri),
         ("type", view.category),
         ("score", score),
         ("detail", view.tier.as_str()),
-    ])
+    ]);
+    if view.truncated && view.tier != Tier::Uri { head.with_attributes([("truncated", "true")]) } else { head }
 }
 
 /// The score as rendered: two decimals; non-finite scores render as 0.00.
@@ -102,7 +112,7 @@ mod tests {
     use super::*;
 
     fn view<'a>(uri: &'a str, tier: Tier, text: &'a str) -> EntryView<'a> {
-        EntryView { uri, category: "events", score: 0.7249, tier, text }
+        EntryView { uri, category: "events", score: 0.7249, tier, text, truncated: false }
     }
 
     #[test]
@@ -115,6 +125,18 @@ mod tests {
             out,
             "<memory uri=\"viking://user/a/memories/events/x.md\" type=\"events\" score=\"0.72\" detail=\"full\">\n# Summary\nShipped.\n</memory>\n<memory uri=\"viking://resources/aws\" type=\"events\" score=\"0.72\" detail=\"uri\"/>"
         );
+    }
+
+    #[test]
+    fn a_cut_text_is_marked_and_a_bare_uri_never_is() {
+        let cut = EntryView { truncated: true, ..view("viking://r/x.md", Tier::Abstract, "Shipped the") };
+        assert_eq!(
+            render(&[cut, EntryView { tier: Tier::Uri, ..cut }]),
+            "<memory uri=\"viking://r/x.md\" type=\"events\" score=\"0.72\" detail=\"abstract\" truncated=\"true\">\nShipped the\n</memory>\n<memory uri=\"viking://r/x.md\" type=\"events\" score=\"0.72\" detail=\"uri\"/>"
+        );
+        assert_eq!(envelope_quarters(&cut), render(&[EntryView { text: "", ..cut }]).len());
+        let plain = EntryView { truncated: false, ..cut };
+        assert!(envelope_quarters(&cut) - envelope_quarters(&plain) <= TRUNCATED_MARK_TOKENS * 4);
     }
 
     #[test]

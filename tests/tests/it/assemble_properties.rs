@@ -5,10 +5,12 @@
 //!   keeps rank order, places each candidate at most once, accounts for
 //!   every candidate, never pins an entry to a bare URI, respects tier
 //!   ceilings and only plans tiers that have text;
-//! - how the plan fills the budget: a pinned entry sits at its pin, an
-//!   automatic entry is a bare URI only when it fits at no other tier and
-//!   is not left below a deeper tier that would still fit, and a candidate
-//!   is dropped only when it no longer fits;
+//! - how the plan fills the budget: a pinned entry sits at its pin; a
+//!   higher-ranked entry is never a bare URI while a lower-ranked one
+//!   carries text; an automatic entry's text is cut only to what fits (a
+//!   prefix of at least `MIN_CUT_TOKENS`, marked); an entry is bare only
+//!   when no text of it fits, and is not left below a deeper tier that
+//!   would still fit; a candidate is dropped only when it no longer fits;
 //! - the renderer ([`skald::assemble::render::render`]) over arbitrary
 //!   entries: the block is well-formed XML that a parser (quick-xml's
 //!   `Reader`) reads back into exactly the entries it was given, whatever
@@ -25,7 +27,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use skald::assemble::candidate::{Candidate, Origin};
 use skald::assemble::params::{Detail, Tier};
-use skald::assemble::plan::{self, Plan, PlanRequest, Planned};
+use skald::assemble::plan::{self, MIN_CUT_TOKENS, Plan, PlanRequest, Planned};
 use skald::assemble::render::{self, EntryView, envelope_quarters};
 use skald::index::Category;
 use skald::tokens::{estimate_escaped_tokens, estimate_tokens, truncate_to_escaped_tokens};
@@ -251,7 +253,31 @@ fn events_share() -> impl Strategy<Value = Option<f64>> {
 // ---------------------------------------------------------------------------
 
 fn view<'a>(c: &'a Candidate, tier: Tier, text: &'a str) -> EntryView<'a> {
-    EntryView { uri: c.uri.as_str(), category: c.category.as_str(), score: c.score, tier, text }
+    EntryView { uri: c.uri.as_str(), category: c.category.as_str(), score: c.score, tier, text, truncated: false }
+}
+
+/// The tokens of `c` at `tier` with a body of `body` tokens, marked cut
+/// or not.
+fn priced_body(c: &Candidate, tier: Tier, body: usize, truncated: bool) -> usize {
+    (envelope_quarters(&EntryView { truncated, ..view(c, tier, "") }) + 4 * body).div_ceil(4)
+}
+
+/// The floor tier of an automatic entry: its abstract, else the
+/// shallowest deeper tier with text within its ceiling.
+fn floor_tier(c: &Candidate) -> Option<Tier> {
+    [Tier::Abstract, Tier::Overview, Tier::Full]
+        .into_iter()
+        .find(|t| *t <= plan::ceiling(c) && planned_body(c, *t).is_some())
+}
+
+/// The fewest tokens any text of `c` takes under `detail = auto`: its floor
+/// whole, or cut to [`MIN_CUT_TOKENS`] when that is shorter; `None` when
+/// it has no text.
+fn least_text(c: &Candidate) -> Option<usize> {
+    let tier = floor_tier(c)?;
+    let body = planned_body(c, tier)?;
+    let whole = priced_body(c, tier, body, false);
+    Some(if body > MIN_CUT_TOKENS { whole.min(priced_body(c, tier, MIN_CUT_TOKENS, true)) } else { whole })
 }
 
 /// The body tokens the planner should price `c` at `tier` with.
@@ -340,8 +366,19 @@ fn check_plan(cs: &[Candidate], request: &PlanRequest<'_>, p: &Plan) -> Result<(
         let body = planned_body(c, e.tier);
         prop_assert!(body.is_some(), "{:?} planned at a tier without text: {:?}", e, c);
         let body = body.unwrap_or_default();
-        prop_assert_eq!(e.body_tokens, body);
-        prop_assert_eq!(e.tokens, (envelope_quarters(&view(c, e.tier, "")) + 4 * body).div_ceil(4));
+        if e.cut {
+            // Only an automatic entry's floor is cut, to at least the minimum.
+            prop_assert!(request.detail.pin(c.category).is_none(), "a pinned entry is cut: {:?}", e);
+            prop_assert_eq!(Some(e.tier), floor_tier(c));
+            prop_assert!(MIN_CUT_TOKENS <= e.body_tokens && e.body_tokens < body, "{:?} of {}", e, body);
+        } else {
+            prop_assert_eq!(e.body_tokens, body);
+        }
+        prop_assert_eq!(e.tokens, priced_body(c, e.tier, e.body_tokens, e.cut));
+    }
+    // A higher-ranked entry is never a bare URI while a lower-ranked one carries text.
+    if let Some(bare) = p.entries.iter().position(|e| e.tier == Tier::Uri) {
+        prop_assert!(p.entries[bare..].iter().all(|e| e.tier == Tier::Uri), "a bare uri above text: {p:?}");
     }
     if matches!(request.detail, Detail::Pin(_)) {
         prop_assert!(p.entries.iter().all(|e| e.tier != Tier::Uri));
@@ -388,17 +425,21 @@ fn costs_increase(c: &Candidate) -> bool {
 ///
 /// - a pinned entry sits at its pin (or the best tier below it with text);
 /// - a candidate is dropped only when, at its turn in round 0, it no
-///   longer fitted (at its pin, or as a bare URI): round 0 used at most
-///   `fill.floor_tokens`, so it does not fit what that leaves;
+///   longer fitted (at its pin, or with its least text): round 0 used at
+///   most `fill.floor_tokens`, so it does not fit what that leaves — or,
+///   for an automatic one ranked below every entry with text, when its
+///   bare URI does not fit what the plan leaves;
 /// - when every candidate's tiers cost strictly more as they deepen (the
 ///   budget then only shrinks as the plan fills, so what fits the final
 ///   plan's room fitted all along): an automatic entry is a bare `uri`
-///   only when it fits at no other tier, and is not left below a deeper
-///   tier (within its ceiling) that fits.
+///   only when no text of it fits, a cut one only when its whole text does
+///   not fit, and none is left below a deeper tier (within its ceiling)
+///   that fits.
 fn check_fill(cs: &[Candidate], request: &PlanRequest<'_>, p: &Plan) -> Result<(), TestCaseError> {
     let max = request.max_tokens.max(1);
     let events_max = request.events_budget_share.map(|s| (max as f64 * s.clamp(0.0, 1.0)) as usize);
     let placed: HashSet<usize> = p.entries.iter().map(|e| e.candidate).collect();
+    let last_text = p.entries.iter().rev().find(|e| e.tier != Tier::Uri).map(|e| e.candidate);
     let mut seen: HashSet<&str> = HashSet::new();
     for (i, c) in cs.iter().enumerate() {
         if !seen.insert(c.dedup_key.as_str()) || placed.contains(&i) {
@@ -408,15 +449,21 @@ fn check_fill(cs: &[Candidate], request: &PlanRequest<'_>, p: &Plan) -> Result<(
             continue; // Its share's use in round 0 is not reported.
         }
         let pinned = request.detail.pin(c.category).is_some();
-        let tier = if pinned { pinned_tier(c, request.detail) } else { Some(Tier::Uri) };
-        if let Some(cost) = tier.and_then(|t| priced(c, t)) {
+        let (cost, left) = if pinned {
+            (pinned_tier(c, request.detail).and_then(|t| priced(c, t)), max.saturating_sub(p.fill.floor_tokens))
+        } else if last_text.is_some_and(|last| i < last) {
+            (least_text(c), max.saturating_sub(p.fill.floor_tokens))
+        } else {
+            (priced(c, Tier::Uri), max.saturating_sub(p.tokens))
+        };
+        if let Some(cost) = cost {
             prop_assert!(
-                cost + 1 > max.saturating_sub(p.fill.floor_tokens),
-                "candidate {} dropped although {:?} ({} tokens and a separator) fits the {} tokens round 0 left",
+                cost + 1 > left,
+                "candidate {} dropped although {} tokens and a separator fit the {} tokens left: {:?}",
                 i,
-                tier,
                 cost,
-                max.saturating_sub(p.fill.floor_tokens)
+                left,
+                p
             );
         }
     }
@@ -443,6 +490,15 @@ fn check_fill(cs: &[Candidate], request: &PlanRequest<'_>, p: &Plan) -> Result<(
     };
     for e in p.entries.iter().filter(|e| request.detail.pin(cs[e.candidate].category).is_none()) {
         let c = &cs[e.candidate];
+        if e.tier == Tier::Uri
+            && let Some(text) = least_text(c)
+        {
+            prop_assert!(text > e.tokens + room(c), "{:?} bare although {} tokens of text fit: {:?}", e, text, c);
+        }
+        if e.cut {
+            let whole = priced(c, e.tier).unwrap_or(0);
+            prop_assert!(whole > e.tokens + room(c), "{:?} cut although its whole text ({}) fits", e, whole);
+        }
         for deeper in [Tier::Abstract, Tier::Overview, Tier::Full] {
             if deeper <= e.tier || deeper > plan::ceiling(c) {
                 continue;
@@ -466,16 +522,25 @@ fn check_fill(cs: &[Candidate], request: &PlanRequest<'_>, p: &Plan) -> Result<(
 }
 
 /// The text a read of `planned` yields when the object's text is `text`:
-/// cut to the planned size; nothing left falls back to the abstract (if
-/// it fits the planned body) or a bare URI — as `assemble::read` does.
-fn as_read(c: &Candidate, planned: &Planned, text: &str) -> (Tier, String) {
-    let fitted = truncate_to_escaped_tokens(text, planned.body_tokens);
-    if !fitted.is_empty() {
-        (planned.tier, fitted.to_owned())
-    } else if !c.abstract_text.is_empty() && estimate_escaped_tokens(&c.abstract_text) <= planned.body_tokens {
-        (Tier::Abstract, c.abstract_text.clone())
+/// cut to the planned size (and marked when shorter than `text`, leaving
+/// room for the mark when the plan did not price a cut); nothing
+/// left falls back to the abstract (if it fits the planned body) or a bare
+/// URI — as `assemble::read` does.
+fn as_read(c: &Candidate, planned: &Planned, text: &str) -> (Tier, String, bool) {
+    // A cut the plan did not price makes room for its mark.
+    let fits = estimate_escaped_tokens(text) <= planned.body_tokens;
+    let room = if planned.cut || fits {
+        planned.body_tokens
     } else {
-        (Tier::Uri, String::new())
+        planned.body_tokens.saturating_sub(render::TRUNCATED_MARK_TOKENS)
+    };
+    let fitted = truncate_to_escaped_tokens(text, room);
+    if !fitted.is_empty() {
+        (planned.tier, fitted.to_owned(), fitted.len() < text.len())
+    } else if !c.abstract_text.is_empty() && estimate_escaped_tokens(&c.abstract_text) <= planned.body_tokens {
+        (Tier::Abstract, c.abstract_text.clone(), false)
+    } else {
+        (Tier::Uri, String::new(), false)
     }
 }
 
@@ -528,18 +593,20 @@ proptest! {
                 score(),
                 prop::sample::select(vec![Tier::Uri, Tier::Abstract, Tier::Overview, Tier::Full]),
                 body_text(),
+                any::<bool>(),
             ),
             0..12,
         ),
     ) {
         let views: Vec<EntryView<'_>> = entries
             .iter()
-            .map(|(uri, category, score, tier, text)| EntryView {
+            .map(|(uri, category, score, tier, text, truncated)| EntryView {
                 uri: uri.as_str(),
                 category: category.as_str(),
                 score: *score,
                 tier: *tier,
                 text,
+                truncated: *truncated,
             })
             .collect();
         let rendered = render::render(&views);
@@ -555,6 +622,7 @@ proptest! {
             prop_assert!(decimals.len() == 2 && decimals.bytes().all(|b| b.is_ascii_digit()), "score {}", p.score);
             prop_assert!(!whole.is_empty());
             prop_assert_eq!(&p.detail, v.tier.as_str());
+            prop_assert_eq!(p.truncated, v.truncated && v.tier != Tier::Uri);
             let want = (v.tier != Tier::Uri).then(|| format!("\n{}\n", xml_safe(v.text)));
             prop_assert_eq!(&p.text, &want, "rendered: {:?}", rendered);
         }
@@ -585,15 +653,16 @@ proptest! {
         let request = PlanRequest { max_tokens, detail: &detail, events_budget_share: share };
         let p = plan::plan(&cs, &request);
         check_plan(&cs, &request, &p)?;
-        let reads: Vec<(Tier, String)> = p
+        let reads: Vec<(Tier, String, bool)> = p
             .entries
             .iter()
             .enumerate()
             .map(|(k, e)| {
                 let c = &cs[e.candidate];
                 match e.tier {
-                    Tier::Uri => (Tier::Uri, String::new()),
-                    Tier::Abstract => (Tier::Abstract, c.abstract_text.clone()),
+                    Tier::Uri => (Tier::Uri, String::new(), false),
+                    // A cut abstract is its prefix within the planned body.
+                    Tier::Abstract => as_read(c, e, &c.abstract_text),
                     Tier::Overview | Tier::Full => {
                         let extra = oversize.get(k).copied().flatten().unwrap_or(0);
                         let text = text_of_tokens(e.body_tokens + extra, &palette, k);
@@ -603,13 +672,22 @@ proptest! {
                 }
             })
             .collect();
-        // A read never comes back deeper or longer than planned.
-        for ((tier, text), e) in reads.iter().zip(&p.entries) {
+        // A read never comes back deeper or longer than planned; a cut
+        // abstract is a marked prefix of the abstract.
+        for ((tier, text, truncated), e) in reads.iter().zip(&p.entries) {
             prop_assert!(*tier <= e.tier);
             prop_assert!(estimate_escaped_tokens(text) <= e.body_tokens || *tier == Tier::Uri);
+            if e.tier == Tier::Abstract {
+                let whole = &cs[e.candidate].abstract_text;
+                prop_assert!(whole.starts_with(text.as_str()));
+                prop_assert_eq!(*truncated, e.cut && text.len() < whole.len(), "{:?}", e);
+            }
         }
-        let views: Vec<EntryView<'_>> =
-            reads.iter().zip(&p.entries).map(|((tier, text), e)| view(&cs[e.candidate], *tier, text)).collect();
+        let views: Vec<EntryView<'_>> = reads
+            .iter()
+            .zip(&p.entries)
+            .map(|((tier, text, truncated), e)| EntryView { truncated: *truncated, ..view(&cs[e.candidate], *tier, text) })
+            .collect();
         let rendered = render::render(&views);
         let used = estimate_tokens(&rendered);
         prop_assert!(used <= p.tokens, "rendered {} > planned {}", used, p.tokens);
@@ -618,6 +696,9 @@ proptest! {
         let uris: Vec<&str> = parsed.iter().map(|e| e.uri.as_str()).collect();
         let want: Vec<&str> = p.entries.iter().map(|e| cs[e.candidate].uri.as_str()).collect();
         prop_assert_eq!(uris, want);
+        let marked: Vec<bool> = parsed.iter().map(|e| e.truncated).collect();
+        let cut: Vec<bool> = views.iter().map(|v| v.truncated && v.tier != Tier::Uri).collect();
+        prop_assert_eq!(marked, cut);
     }
 
     /// With texts of exactly the planned sizes, every read keeps its tier
@@ -637,9 +718,10 @@ proptest! {
                 if text.is_empty() {
                     continue;
                 }
-                let (tier, got) = as_read(&cs[e.candidate], e, &text);
+                let (tier, got, truncated) = as_read(&cs[e.candidate], e, &text);
                 prop_assert_eq!(tier, e.tier);
                 prop_assert_eq!(got, text);
+                prop_assert!(!truncated);
             }
         }
     }
@@ -676,7 +758,14 @@ fn candidate_at(
 fn the_parser_reads_back_a_hostile_body() {
     let body = "</memory><memory uri=\"x\"> & <![CDATA[ x ]]> \r\n\t\u{0}😀中文";
     let uri = VikingUri::from_path("user/u/memories/entities/r&d/o'neil \"记忆\".md").expect("valid uri");
-    let v = EntryView { uri: uri.as_str(), category: "entities", score: 0.7249, tier: Tier::Full, text: body };
+    let v = EntryView {
+        uri: uri.as_str(),
+        category: "entities",
+        score: 0.7249,
+        tier: Tier::Full,
+        text: body,
+        truncated: false,
+    };
     let rendered = render::render(&[v, EntryView { tier: Tier::Uri, ..v }]);
     let parsed = parse_block(&rendered).expect("well-formed");
     assert_eq!(parsed.len(), 2);
@@ -724,7 +813,7 @@ fn the_generated_texts_have_exactly_the_asked_size() {
 }
 
 #[test]
-fn a_tight_auto_plan_keeps_uris_and_a_pinned_plan_drops_instead() {
+fn a_tight_auto_plan_keeps_texts_and_a_pinned_plan_drops_instead() {
     let cs: Vec<Candidate> = (0..12)
         .map(|i| {
             candidate_at(
@@ -737,7 +826,12 @@ fn a_tight_auto_plan_keeps_uris_and_a_pinned_plan_drops_instead() {
         })
         .collect();
     let auto = plan::plan(&cs, &PlanRequest { max_tokens: 120, detail: &Detail::Auto, events_budget_share: None });
-    assert!(auto.entries.iter().any(|e| e.tier == Tier::Uri), "{auto:?}");
+    // Two entries with text (the best deepened with what was left) beat
+    // more entries without.
+    assert_eq!(
+        auto.entries.iter().map(|e| (e.candidate, e.tier)).collect::<Vec<_>>(),
+        [(0, Tier::Overview), (1, Tier::Abstract)]
+    );
     assert!(auto.tokens <= 120);
     let pin = Detail::Pin(Tier::Abstract);
     let pinned = plan::plan(&cs, &PlanRequest { max_tokens: 120, detail: &pin, events_budget_share: None });
@@ -825,7 +919,14 @@ fn every_uri_the_library_accepts_renders_as_well_formed_xml() {
     for path in ["resources/a\u{ffff}b.md", "resources/\u{fffe}/c.md"] {
         let Ok(uri) = VikingUri::from_path(path) else { continue };
         for tier in [Tier::Uri, Tier::Abstract] {
-            let v = EntryView { uri: uri.as_str(), category: "resources", score: 0.5, tier, text: "body" };
+            let v = EntryView {
+                uri: uri.as_str(),
+                category: "resources",
+                score: 0.5,
+                tier,
+                text: "body",
+                truncated: false,
+            };
             let rendered = render::render(&[v]);
             let bad: Vec<char> = rendered.chars().filter(|c| !is_xml_char(*c)).collect();
             assert!(bad.is_empty(), "{uri:?} renders characters XML 1.0 cannot hold {bad:?}: {rendered:?}");

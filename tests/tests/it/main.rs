@@ -13,6 +13,7 @@ mod assemble_properties;
 mod bootstrap_api;
 mod common;
 mod content_api;
+mod demo_context;
 mod find_api;
 mod golden;
 mod index_suite;

@@ -1118,7 +1118,7 @@ async fn documented_defaults_are_what_stats_report() {
     ];
     // Where they are echoed is a key of the types, not a guess.
     let (context_stats, bootstrap_stats) =
-        (typed!(&context_result(true))["stats"].clone(), typed!(&bootstrap_result()));
+        (typed!(&context_result(true))["stats"].clone(), typed!(&bootstrap_result(false)));
     for (field, pointer) in context_echo {
         assert!(context_stats.pointer(pointer).is_some(), "{field}: stats{pointer} is not a key of ContextStats");
     }
@@ -1679,8 +1679,9 @@ fn every_example_fits_its_schema() {
 // 5. The result and stats types
 // ---------------------------------------------------------------------------
 
-/// One served entry of the typed results.
-fn entry() -> skald::assemble::Entry {
+/// One served entry of the typed results, cut (`truncated`, its one
+/// optional part) or not.
+fn entry(truncated: bool) -> skald::assemble::Entry {
     use skald::assemble::candidate::{Candidate, Origin};
     use skald::uri::VikingUri;
     let uri = VikingUri::parse("viking://resources/runbooks/cluster-upgrade.md").expect("uri");
@@ -1701,6 +1702,7 @@ fn entry() -> skald::assemble::Entry {
         },
         tier: skald::assemble::params::Tier::Full,
         text: "Steps for a kubernetes cluster upgrade.".into(),
+        truncated,
     }
 }
 
@@ -1756,17 +1758,17 @@ fn context_result(full: bool) -> skald::pipeline::ContextResult {
             aliases_used: vec!["max_chars"],
         }),
     };
-    ContextResult { entries: vec![entry()], rendered: "<memory/>".into(), digest: String::new(), stats }
+    ContextResult { entries: vec![entry(full)], rendered: "<memory/>".into(), digest: String::new(), stats }
 }
 
-/// A bootstrap result with every slot.
-fn bootstrap_result() -> skald::pipeline::BootstrapResult {
+/// A bootstrap result with every slot, its entry cut (`truncated`) or not.
+fn bootstrap_result(truncated: bool) -> skald::pipeline::BootstrapResult {
     use skald::assemble::bootstrap::{BootstrapStats, InstructionsStats, Manifest, SlotStats, instructions_hash};
     use skald::assemble::{Named, TierCounts};
     let manifest = Manifest::default();
     let slots = manifest.slots.iter().map(|(slot, _)| (slot.as_str(), SlotStats { entries: 1, tokens: 9 }));
     skald::pipeline::BootstrapResult {
-        entries: vec![entry()],
+        entries: vec![entry(truncated)],
         rendered: "<memory/>".into(),
         digest: String::new(),
         stats: BootstrapStats {
@@ -1898,8 +1900,8 @@ fn result_and_stats_types_are_the_documented_schemas() {
     let cases = [
         ("ContextResult", "ContextResult (every optional part)", typed!(&context_result(true)), false),
         ("ContextResult", "ContextResult (no optional part)", typed!(&context_result(false)), true),
-        ("BootstrapResult", "BootstrapResult", typed!(&bootstrap_result()), false),
-        ("BootstrapResult", "BootstrapResult (required)", typed!(&bootstrap_result()), true),
+        ("BootstrapResult", "BootstrapResult", typed!(&bootstrap_result(true)), false),
+        ("BootstrapResult", "BootstrapResult (required)", typed!(&bootstrap_result(false)), true),
         ("FindResult", "ListResult (every optional part)", typed!(&list_result(true)), false),
         ("FindResult", "ListResult (no optional part)", typed!(&list_result(false)), true),
     ];

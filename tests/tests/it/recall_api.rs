@@ -357,7 +357,7 @@ async fn concurrent_context_calls_lose_no_record(store: SharedStore) {
                 "session_id": session,
                 "dedup_turns": 3,
                 "limit": 3,
-                // Every fourth call is tight: it serves bare URIs, which are recorded too.
+                // Every fourth call is tight: it serves fewer, shorter texts, which are recorded too.
                 "max_tokens": if i % 4 == 0 { 64 } else { 1600 },
                 "exclude_uris": exclude,
             });
@@ -380,7 +380,7 @@ async fn concurrent_context_calls_lose_no_record(store: SharedStore) {
         }
     }
     assert!(served.len() >= 10, "the calls served different URIs: {served:?}");
-    assert!(tiers.contains("uri") && tiers.len() >= 2, "bare URIs and deeper tiers were served: {tiers:?}");
+    assert!(!tiers.is_empty() && !tiers.contains("uri"), "texts, not bare URIs, were served: {tiers:?}");
     let log = ledger(&store, session).await.expect("ledger");
     let recorded: BTreeSet<String> = records(&log).keys().cloned().collect();
     let lost: Vec<&String> = served.difference(&recorded).collect();

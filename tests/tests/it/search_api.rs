@@ -292,8 +292,16 @@ fn check_context(result: &Value) -> Vec<String> {
     }
     for e in list {
         let keys: Vec<&str> = e.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
+        // `truncated` is there (true) only for a text cut to fit.
+        let (keys, cut) = match keys.split_last() {
+            Some((&"truncated", head)) => (head.to_vec(), true),
+            _ => (keys, false),
+        };
         if keys != ENTRY_KEYS {
-            fail(format!("entry keys {keys:?}, want {ENTRY_KEYS:?}: {e}"));
+            fail(format!("entry keys {keys:?}, want {ENTRY_KEYS:?} (and truncated): {e}"));
+        }
+        if cut && (e["truncated"] != true || e["detail"] == "uri") {
+            fail(format!("truncated is true, and only on an entry with text: {e}"));
         }
         if !e["detail"].as_str().is_some_and(|d| TIERS.contains(&d)) {
             fail(format!("entry detail is not a tier: {e}"));
@@ -342,7 +350,13 @@ fn check_context(result: &Value) -> Vec<String> {
     if elements.len() == list.len() {
         for (e, el) in list.iter().zip(&elements) {
             let names: Vec<&str> = el.attrs.iter().map(|(n, _)| n.as_str()).collect();
-            if names != ["uri", "type", "score", "detail"] {
+            let marked = e["truncated"] == true;
+            let want_names: &[&str] = if marked {
+                &["uri", "type", "score", "detail", "truncated"]
+            } else {
+                &["uri", "type", "score", "detail"]
+            };
+            if names != want_names || (marked && el.attrs[4].1 != "true") {
                 fail(format!("attributes {names:?} of {e}"));
                 continue;
             }
@@ -352,7 +366,7 @@ fn check_context(result: &Value) -> Vec<String> {
                 format!("{:.2}", e["score"].as_f64().unwrap_or(f64::NAN)),
                 e["detail"].as_str().unwrap_or_default().to_owned(),
             ];
-            let got: Vec<&str> = el.attrs.iter().map(|(_, v)| v.as_str()).collect();
+            let got: Vec<&str> = el.attrs.iter().take(4).map(|(_, v)| v.as_str()).collect();
             if got != want {
                 fail(format!("element attributes {got:?}, entry says {want:?}"));
             }
@@ -1122,7 +1136,7 @@ async fn detail_abstract_reads_nothing() {
 }
 
 #[tokio::test]
-async fn a_tiny_budget_degrades_entries_to_bare_uris_or_drops_them() {
+async fn a_tiny_budget_serves_the_best_entries_cut_not_bare() {
     let (app, _dirs) = ctx_app().await;
     for extra in [
         json!({"max_tokens": 64}),
@@ -1133,17 +1147,21 @@ async fn a_tiny_budget_degrades_entries_to_bare_uris_or_drops_them() {
         let result = context(&app, &ctx_body(&extra)).await;
         let stats = &result["stats"];
         assert!(count(stats, "used_tokens") <= 64, "{extra}: {stats}");
-        assert!(!entries(&result).is_empty(), "{extra}: something fits as a bare uri");
+        assert!(!entries(&result).is_empty(), "{extra}: the best fits with some text");
         assert!(count(stats, "dropped") > 0, "{extra}: not everything fits: {stats}");
         let rendered = result["rendered"].as_str().expect("rendered");
+        let mut deeper = 0;
         for e in entries(&result) {
-            assert_eq!(e["detail"], "uri", "{extra}: {e}");
-            assert_eq!(e["text"], "", "{extra}: {e}");
-            assert!(rendered.contains(&format!("<memory uri=\"{}\"", uri_of(e))), "{extra}");
+            assert_ne!(e["detail"], "uri", "{extra}: text beats a bare uri: {e}");
+            assert_ne!(e["text"], "", "{extra}: {e}");
+            let marked = format!("<memory uri=\"{}\"", uri_of(e));
+            assert!(rendered.contains(&marked), "{extra}");
+            if e["truncated"] == true {
+                assert!(rendered.contains("truncated=\"true\""), "{extra}: the cut is marked: {rendered}");
+            }
+            deeper += usize::from(e["detail"] == "overview" || e["detail"] == "full");
         }
-        assert!(!rendered.contains("</memory>"), "{extra}: bare uris are self-closing: {rendered}");
-        assert_eq!(rendered.matches("/>").count(), entries(&result).len(), "{extra}: {rendered}");
-        assert_eq!(stat(&result, "reads"), 0);
+        assert_eq!(stat(&result, "reads"), deeper as u64, "{extra}: abstracts, cut or whole, need no read");
         // The best-ranked candidate is kept.
         let best = context(&app, &ctx_body(&json!({"limit": 1, "max_tokens": 32000}))).await;
         if extra.get("purpose").is_none() {
