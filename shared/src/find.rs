@@ -15,7 +15,8 @@ use crate::identity::{Identity, PeerId};
 use crate::index::filter::{FilterExpr, TimeField, TimeRange};
 use crate::index::record::LEVEL_FILE;
 use crate::index::{
-    ContextType, EmbedderInfo, EventDecay, Filter, Hit, IndexError, IndexSnapshot, Level, SearchParams,
+    ContextType, EmbedderInfo, EventDecay, Filter, Hit, IndexError, IndexSnapshot, Level, SearchKind, SearchParams,
+    lexical,
 };
 use crate::store::StoreError;
 use crate::uri::{VikingUri, tree_key};
@@ -193,6 +194,8 @@ pub struct FindParams {
     /// Add `provenance`: per query, where it searched and what it matched
     /// (`include_provenance`, default off).
     pub include_provenance: bool,
+    /// How records are matched (`search_type`; default semantic).
+    pub search_kind: SearchKind,
 }
 
 impl Default for FindParams {
@@ -211,6 +214,7 @@ impl Default for FindParams {
             decay_window_s: None,
             time_field: TimeField::UpdatedAt,
             include_provenance: false,
+            search_kind: SearchKind::Semantic,
         }
     }
 }
@@ -303,6 +307,15 @@ pub fn build_filter(identity: &Identity, params: &FindParams) -> Filter {
     }
 }
 
+/// The embeddings a search of `kind` needs for `queries`, one per query
+/// in order: none are computed for keyword search (its vectors are empty).
+///
+/// # Errors
+/// When the embedder fails.
+pub async fn embed_queries(app: &App, kind: SearchKind, queries: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+    if kind.needs_vector() { app.embedder.embed(queries).await } else { Ok(vec![Vec::new(); queries.len()]) }
+}
+
 /// Runs a find for `identity`, with "now" given (Unix seconds).
 ///
 /// Cost: one query embedding; one manifest HEAD (plus new segments when
@@ -339,7 +352,8 @@ pub async fn find_queries(
 ) -> Result<FindResult, RetrievalError> {
     // The index revalidation (a store round trip) and the query embedding
     // (CPU) overlap.
-    let (snapshot, vectors) = tokio::join!(checked_snapshot(app, identity), app.embedder.embed(queries));
+    let (snapshot, vectors) =
+        tokio::join!(checked_snapshot(app, identity), embed_queries(app, params.search_kind, queries));
     let snapshot = snapshot?;
     Ok(find_over(app, identity, params, queries, &snapshot, &vectors?, now).await)
 }
@@ -367,8 +381,11 @@ pub async fn find_over(
     let mut provenance: Vec<Provenance> = Vec::new();
     if !snapshot.is_empty() {
         for (query, vector) in queries.iter().zip(vectors) {
+            let terms = lexical::query_terms(query);
             let found = snapshot.search(&SearchParams {
+                kind: params.search_kind,
                 vector,
+                terms: &terms,
                 filter: &filter,
                 limit: params.limit,
                 score_threshold: params.score_threshold,

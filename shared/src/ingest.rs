@@ -17,6 +17,7 @@ use crate::index::extract::{
     cut_to_bytes, directory_overview, file_abstract, file_overview, first_paragraph, frontmatter_tags, full_text,
     sidecar_text, split_frontmatter,
 };
+use crate::index::lexical::encode_counts;
 use crate::index::record::{LEVEL_ABSTRACT, LEVEL_FILE, LEVEL_OVERVIEW, classify};
 use crate::index::{self, ContextType, EmbedderInfo, IndexError, IndexSnapshot, Record, Segment, Tombstone};
 use crate::store::{PutMode, SharedStore, StoreError};
@@ -117,7 +118,7 @@ pub struct Pending {
 
 /// The version of the record format; part of every source hash, so a new
 /// version re-indexes every node on the next ingest.
-pub const RECORD_VERSION: u32 = 3;
+pub const RECORD_VERSION: u32 = 4;
 
 /// A node's source hash: the hex SHA-256 of [`RECORD_VERSION`] and `bytes`.
 #[must_use]
@@ -130,6 +131,15 @@ pub fn source_hash(bytes: &[u8]) -> String {
 
 fn tokens_u32(text: &str) -> u32 {
     u32::try_from(estimate_escaped_tokens(text)).unwrap_or(u32::MAX)
+}
+
+/// A node's name as searchable words: its last segment without the
+/// extension, `_` and `-` read as spaces (`niangao_vet_visit.md` →
+/// `niangao vet visit`).
+fn name_words(uri: &VikingUri) -> String {
+    let name = uri.segments().last().unwrap_or("");
+    let stem = name.rsplit_once('.').map_or(name, |(stem, _)| stem);
+    stem.replace(['_', '-'], " ")
 }
 
 fn owner_of(uri: &VikingUri) -> Option<String> {
@@ -158,6 +168,7 @@ pub fn file_record(uri: &VikingUri, text: &str, times: Times, options: &IngestOp
     let tags = doc.frontmatter.map(frontmatter_tags).unwrap_or_default();
     let embed_text = cut_to_bytes(&format!("{abstract_text}\n{}", doc.body.trim()), options.embed_max_bytes).to_owned();
     let created_at = event_date(uri).unwrap_or(times.created_at);
+    let terms = encode_counts(&[&name_words(uri), &abstract_text, doc.body]);
     // An overview no richer than the abstract is no tier of its own.
     let overview_tokens = file_overview(context_type == ContextType::Memory, text)
         .filter(|o| o.trim() != abstract_text)
@@ -179,6 +190,7 @@ pub fn file_record(uri: &VikingUri, text: &str, times: Times, options: &IngestOp
             owner_user_id: owner_of(uri),
             source_hash: source_hash(text.as_bytes()),
             source_version: None,
+            terms,
         },
         embed_text,
     })
@@ -206,6 +218,7 @@ pub fn directory_records(
         (None, None) => return Vec::new(),
     };
     let hash = source_hash(format!("{}\u{0}{}", abstract_md.unwrap_or(""), overview_md.unwrap_or("")).as_bytes());
+    let name = name_words(dir);
     let make = |level, size: usize, embed_text: String| Pending {
         record: Record {
             uri: dir.clone(),
@@ -223,6 +236,7 @@ pub fn directory_records(
             owner_user_id: owner_of(dir),
             source_hash: hash.clone(),
             source_version: None,
+            terms: encode_counts(&[&name, &embed_text]),
         },
         embed_text,
     };

@@ -730,5 +730,6 @@ pub fn file_record_of(uri: &str, abstract_text: &str, source_hash: &str) -> skal
         owner_user_id: None,
         source_hash: source_hash.to_owned(),
         source_version: None,
+        terms: String::new(),
     }
 }

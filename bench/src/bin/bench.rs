@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 use skald::find::default_targets;
 use skald::identity::{AccountId, Identity, UserId};
 use skald::index::record::{LEVEL_FILE, classify};
-use skald::index::{self, EmbedderInfo, Filter, IndexSnapshot, Record, SearchParams, Segment, manifest_key};
+use skald::index::{
+    self, EmbedderInfo, Filter, IndexSnapshot, Record, SearchKind, SearchParams, Segment, manifest_key,
+};
 use skald::store::SharedStore;
 use skald::uri::VikingUri;
 use skald_bench::{Flags, Rng, Summary, TempStore, block_on, fail, ms, now, proc_status};
@@ -167,6 +169,7 @@ fn make_record(i: usize, rng: &mut Rng, now: i64) -> Record {
         full_tokens: Some(400),
         source_hash: skald::ingest::source_hash(abstract_text.as_bytes()),
         source_version: None,
+        terms: String::new(),
         abstract_text,
         size: 200 + rng.below(20_000) as u64,
         created_at,
@@ -406,13 +409,29 @@ async fn run(store: &SharedStore, store_name: &str, local: bool, args: &Args) {
         let targets: Vec<&str> = filter.targets.iter().map(VikingUri::as_str).collect();
         // One untimed pass warms caches.
         for q in queries.iter().take(3) {
-            let params = SearchParams { vector: q, filter, limit: 10, score_threshold: None, decay: None };
+            let params = SearchParams {
+                kind: SearchKind::Semantic,
+                terms: &[],
+                vector: q,
+                filter,
+                limit: 10,
+                score_threshold: None,
+                decay: None,
+            };
             black_box(snapshot.search(&params));
         }
         let mut times = Vec::with_capacity(queries.len());
         let started = Instant::now();
         for q in &queries {
-            let params = SearchParams { vector: q, filter, limit: 10, score_threshold: None, decay: None };
+            let params = SearchParams {
+                kind: SearchKind::Semantic,
+                terms: &[],
+                vector: q,
+                filter,
+                limit: 10,
+                score_threshold: None,
+                decay: None,
+            };
             let t = Instant::now();
             let hits = snapshot.search(&params);
             times.push(t.elapsed());

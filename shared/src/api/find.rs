@@ -12,9 +12,9 @@ use super::{Admitted, admit, error_response, result_json, telemetry, within_dead
 use crate::app::App;
 use crate::find::{FindParams, authorize_targets, find};
 use crate::identity::Identity;
-use crate::index::ContextType;
 use crate::index::extract::is_valid_tag;
 use crate::index::filter::{FilterExpr, MAX_FILTER_DEPTH, MAX_FILTER_NODES, TimeField, TimeRange, filter_size};
+use crate::index::{ContextType, SearchKind};
 use crate::timeparse::{DateEnd, parse_duration, parse_time};
 use crate::uri::VikingUri;
 
@@ -37,6 +37,7 @@ pub const FIND_FIELDS: &[&str] = &[
     "telemetry",
     "read_content",
     "events_time_decay_protection",
+    "search_type",
 ];
 
 /// The message for an empty query without an image (as the reference).
@@ -224,6 +225,16 @@ pub fn parse_common(body: &mut Body, now: i64) -> Common {
     p.limit = node_limit.or(limit).map_or(10, |n| usize::try_from(n).unwrap_or(10));
     p.score_threshold = body.number("score_threshold");
     p.include_provenance = body.boolean("include_provenance").unwrap_or(false);
+    if let Some(kind) = body.literal("search_type", &["semantic", "keywords", "hybrid"]) {
+        p.search_kind = SearchKind::parse(&kind).unwrap_or_default();
+        if p.search_kind == SearchKind::Keywords && c.has_image {
+            body.error(FieldError::new(
+                "search_type",
+                "value_error",
+                "Value error, search_type 'keywords' searches a text query; image_url is not allowed with it",
+            ));
+        }
+    }
     let time_field = match body.literal("time_field", &["updated_at", "created_at"]).as_deref() {
         Some("created_at") => TimeField::CreatedAt,
         _ => TimeField::UpdatedAt,

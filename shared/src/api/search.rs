@@ -52,7 +52,7 @@ pub const BOOTSTRAP_FIELDS: &[&str] = &["mode", "query", "max_tokens", "session_
 pub const BOOTSTRAP_DEFAULT_WINDOW_S: i64 = 7 * 86_400;
 
 /// Fields `search` adds to `find`'s.
-pub const SEARCH_FIELDS: &[&str] = &["session_id", "mode", "search_type"];
+pub const SEARCH_FIELDS: &[&str] = &["session_id", "mode"];
 
 /// The search mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,12 +169,6 @@ pub fn parse_fields(
         Some("bootstrap") => Mode::Bootstrap,
         _ => Mode::List,
     });
-    if body.literal("search_type", &["semantic", "keywords"]).as_deref() == Some("keywords") {
-        body.error(value_error(
-            "search_type",
-            "search_type 'keywords' is not supported yet by this server; use 'semantic'",
-        ));
-    }
     let session_id = match body.string("session_id").filter(|s| !s.is_empty()).map(|s| SessionId::new(&s)) {
         Some(Ok(id)) => Some(id),
         Some(Err(e)) => {
@@ -229,6 +223,7 @@ fn parse_context(body: &mut Body, request: &mut SearchRequest, profiles: &BTreeM
     }
     let p = &mut request.assemble;
     p.queries = vec![common.params.query.clone()];
+    p.search_kind = common.params.search_kind;
     p.limit = common.params.limit;
     p.score_threshold = common.params.score_threshold.unwrap_or(DEFAULT_SCORE_THRESHOLD);
     p.expr = common.params.expr.clone();

@@ -12,7 +12,8 @@ use super::params::{AssembleParams, OTHER_PEER_OVERFETCH, PeerScope};
 use super::{Named, Origins};
 use crate::identity::Identity;
 use crate::index::filter::FilterExpr;
-use crate::index::{Category, ContextType, Exclusion, Filter, IndexSnapshot, Record, SearchParams};
+use crate::index::lexical::query_terms;
+use crate::index::{Category, ContextType, Exclusion, Filter, IndexSnapshot, Record, SearchKind, SearchParams};
 use crate::uri::VikingUri;
 
 /// What the providers found.
@@ -138,6 +139,8 @@ struct Searcher<'a> {
     identity: &'a Identity,
     params: &'a AssembleParams,
     vectors: &'a [Vec<f32>],
+    /// Each query's keyword terms, in the order of `vectors`.
+    terms: &'a [Vec<String>],
     exclusion: &'a Exclusion,
     excluded: usize,
 }
@@ -148,6 +151,7 @@ impl Searcher<'_> {
     fn search(&mut self, scope: &Scope, bucket: Option<Category>) -> Vec<Candidate> {
         let (snapshot, identity, params, vectors, exclusion) =
             (self.snapshot, self.identity, self.params, self.vectors, self.exclusion);
+        let no_terms: Vec<String> = Vec::new();
         let category_expr = scope
             .category
             .map(|c| FilterExpr::Must(crate::index::filter::Field::Category, vec![c.as_str().to_owned()]));
@@ -170,10 +174,12 @@ impl Searcher<'_> {
             expr,
         };
         let mut merged: BTreeMap<VikingUri, Candidate> = BTreeMap::new();
-        for vector in vectors {
+        for (k, vector) in vectors.iter().enumerate() {
             let (hits, left_out) = snapshot.search_excluding(
                 &SearchParams {
+                    kind: params.search_kind,
                     vector,
+                    terms: self.terms.get(k).unwrap_or(&no_terms),
                     filter: &filter,
                     // A directory has two records (abstract and overview) that
                     // merge into one candidate: fetch enough for `want` nodes.
@@ -247,7 +253,11 @@ pub fn gather(
 ) -> Gathered {
     let mut out = Gathered::default();
     let peers = params.peer_scope == PeerScope::All;
-    let mut searcher = Searcher { snapshot, identity, params, vectors, exclusion, excluded: 0 };
+    let terms: Vec<Vec<String>> = match params.search_kind {
+        SearchKind::Semantic => Vec::new(),
+        SearchKind::Keywords | SearchKind::Hybrid => params.queries.iter().map(|q| query_terms(q)).collect(),
+    };
+    let mut searcher = Searcher { snapshot, identity, params, vectors, terms: &terms, exclusion, excluded: 0 };
     match &params.quotas {
         None => {
             let mut lists = vec![searcher.search(&own_scope(identity, params.limit), None)];

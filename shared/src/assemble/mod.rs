@@ -267,7 +267,10 @@ pub async fn assemble(
     // The index revalidation (a store round trip) and the query embedding
     // (CPU) overlap.
     let texts: Vec<&str> = params.queries.iter().map(String::as_str).collect();
-    let (snapshot, vectors) = tokio::join!(crate::find::checked_snapshot(app, identity), app.embedder.embed(&texts));
+    let (snapshot, vectors) = tokio::join!(
+        crate::find::checked_snapshot(app, identity),
+        crate::find::embed_queries(app, params.search_kind, &texts)
+    );
     let snapshot = snapshot?;
     assemble_with(app, identity, params, exclusion, &snapshot, vectors).await
 }

@@ -249,6 +249,8 @@ pub struct AssembleParams {
     pub penalties: BTreeMap<Category, f64>,
     /// Render the block (false: entries only, `rendered` empty).
     pub render: bool,
+    /// How records are matched (`search_type`; default semantic).
+    pub search_kind: crate::index::SearchKind,
 }
 
 impl Default for AssembleParams {
@@ -269,6 +271,7 @@ impl Default for AssembleParams {
             peer_scope: PeerScope::All,
             penalties: default_penalties(),
             render: true,
+            search_kind: crate::index::SearchKind::Semantic,
         }
     }
 }

@@ -24,6 +24,7 @@ use crate::uri::VikingUri;
 
 pub mod extract;
 pub mod filter;
+pub mod lexical;
 pub mod record;
 pub mod segment;
 
@@ -503,11 +504,58 @@ impl EventDecay {
     }
 }
 
+/// How records are matched (`search_type` on the wire).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum SearchKind {
+    /// By meaning: the cosine of the query's and the record's vectors.
+    #[default]
+    Semantic,
+    /// By words: BM25 over the records' terms ([`lexical`]), in `[0, 1]`.
+    Keywords,
+    /// Both: the semantic score `s` lifted by the keyword score `k`
+    /// to `s + (1 − s) × HYBRID_KEYWORD_WEIGHT × k`, so a record never
+    /// scores below its semantic score and thresholds keep their meaning.
+    Hybrid,
+}
+
+impl SearchKind {
+    /// The wire name: `semantic`, `keywords` or `hybrid`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Semantic => "semantic",
+            Self::Keywords => "keywords",
+            Self::Hybrid => "hybrid",
+        }
+    }
+
+    /// Parses a wire name; `None` for anything else.
+    #[must_use]
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Semantic, Self::Keywords, Self::Hybrid].into_iter().find(|k| k.as_str() == text)
+    }
+
+    /// Whether the query needs an embedding (everything but keywords).
+    #[must_use]
+    pub fn needs_vector(self) -> bool {
+        self != Self::Keywords
+    }
+}
+
+/// How far a full keyword match lifts a hybrid score towards 1.
+pub const HYBRID_KEYWORD_WEIGHT: f64 = 0.5;
+
 /// What to search for.
 #[derive(Debug, Clone)]
 pub struct SearchParams<'a> {
-    /// The query vector (L2-normalised, the index's dimension).
+    /// How records are matched.
+    pub kind: SearchKind,
+    /// The query vector (L2-normalised, the index's dimension); unused by
+    /// [`SearchKind::Keywords`].
     pub vector: &'a [f32],
+    /// The query's terms ([`lexical::query_terms`]); unused by
+    /// [`SearchKind::Semantic`].
+    pub terms: &'a [String],
     /// Which records qualify.
     pub filter: &'a Filter,
     /// At most this many hits.
@@ -716,13 +764,17 @@ impl IndexSnapshot {
         out
     }
 
-    /// Exact cosine search: every live record passing the filter is scored
-    /// `(1 + cos) / 2`, decayed if asked, kept if strictly above the
-    /// threshold; the best `limit` come back, best first (ties by index
-    /// order).
+    /// Exact search: every live record passing the filter is scored —
+    /// `(1 + cos) / 2` ([`SearchKind::Semantic`]), its keyword score
+    /// ([`SearchKind::Keywords`]; records matching no term are not hits), or
+    /// both fused ([`SearchKind::Hybrid`]) — decayed if asked, kept if
+    /// strictly above the threshold; the best `limit` come back, best first
+    /// (ties by index order).
     ///
-    /// Cost: one dot product per record passing the filter; a heap of
-    /// `limit` entries.
+    /// Cost: one dot product per record passing the filter (none for
+    /// keywords); for keywords, one walk of each query term's postings (a
+    /// segment's postings are built on the first keyword search it serves);
+    /// a heap of `limit` entries.
     #[must_use]
     pub fn search(&self, params: &SearchParams<'_>) -> Vec<Hit<'_>> {
         self.search_excluding(params, &Exclusion::default()).0
@@ -734,40 +786,45 @@ impl IndexSnapshot {
     /// search still returns `limit` hits when that many others exist.
     #[must_use]
     pub fn search_excluding(&self, params: &SearchParams<'_>, exclude: &Exclusion) -> (Vec<Hit<'_>>, usize) {
-        let mut excluded = 0;
         if params.limit == 0 {
             return (Vec::new(), 0);
         }
-        let mut heap: BinaryHeap<Reverse<Ranked>> = BinaryHeap::with_capacity(params.limit.min(self.live_count) + 1);
-        let mut decays: HashMap<(usize, usize), (f64, f64)> = HashMap::new();
+        let keywords = match params.kind {
+            SearchKind::Semantic => None,
+            SearchKind::Keywords | SearchKind::Hybrid => Some(self.keyword_scores(params.terms)),
+        };
+        let mut top = TopHits::new(params, exclude, self.live_count);
         for (s, ((_, seg), live)) in self.segments.iter().zip(&self.live).enumerate() {
-            if seg.dim != params.vector.len() {
-                continue;
-            }
-            for (i, record) in seg.records.iter().enumerate() {
-                if !live[i] || !params.filter.matches(record) {
-                    continue;
+            let lexical = keywords.as_ref().map(|k| k[s].as_slice());
+            match params.kind {
+                SearchKind::Keywords => {
+                    let Some(scores) = lexical else { continue };
+                    for (i, &k) in scores.iter().enumerate() {
+                        if k > 0.0 && params.filter.matches(&seg.records[i]) {
+                            top.offer(s, i, &seg.records[i], sanitize(k));
+                        }
+                    }
                 }
-                // Rounding can push the dot of two unit vectors past ±1.
-                let cosine = f64::from(dot(params.vector, seg.vector(i))).clamp(-1.0, 1.0);
-                let mut score = sanitize((1.0 + cosine) / 2.0);
-                if let Some(m) = params.decay.as_ref().and_then(|d| d.multiplier(record)) {
-                    decays.insert((s, i), (score, m));
-                    score *= m;
-                }
-                if params.score_threshold.is_some_and(|t| score <= t) {
-                    continue;
-                }
-                if exclude.excludes(&record.uri) {
-                    excluded += 1;
-                    continue;
-                }
-                heap.push(Reverse(Ranked(score, s, i)));
-                if heap.len() > params.limit {
-                    heap.pop();
+                SearchKind::Semantic | SearchKind::Hybrid => {
+                    if seg.dim != params.vector.len() {
+                        continue;
+                    }
+                    for (i, record) in seg.records.iter().enumerate() {
+                        if !live[i] || !params.filter.matches(record) {
+                            continue;
+                        }
+                        // Rounding can push the dot of two unit vectors past ±1.
+                        let cosine = f64::from(dot(params.vector, seg.vector(i))).clamp(-1.0, 1.0);
+                        let mut score = sanitize((1.0 + cosine) / 2.0);
+                        if let Some(k) = lexical.and_then(|l| l.get(i)) {
+                            score += (1.0 - score).max(0.0) * HYBRID_KEYWORD_WEIGHT * k;
+                        }
+                        top.offer(s, i, record, score);
+                    }
                 }
             }
         }
+        let TopHits { heap, decays, excluded, .. } = top;
         let mut ranked: Vec<Ranked> = heap.into_iter().map(|Reverse(r)| r).collect();
         ranked.sort_by(|a, b| b.cmp(a));
         let hits = ranked
@@ -783,6 +840,88 @@ impl IndexSnapshot {
             })
             .collect();
         (hits, excluded)
+    }
+
+    /// Every live record's keyword score for `terms`, per segment and row
+    /// (0 for dead records and records matching no term): BM25 divided by
+    /// the query's upper bound ([`lexical`]).
+    ///
+    /// Cost: one walk of each term's postings per segment, one pass over
+    /// the live records' lengths, and one score per record allocated.
+    fn keyword_scores(&self, terms: &[String]) -> Vec<Vec<f64>> {
+        let mut scores: Vec<Vec<f64>> = self.segments.iter().map(|(_, seg)| vec![0.0; seg.records.len()]).collect();
+        if terms.is_empty() || self.live_count == 0 {
+            return scores;
+        }
+        let postings: Vec<&lexical::Postings> = self.segments.iter().map(|(_, seg)| seg.postings()).collect();
+        let total: f64 = postings
+            .iter()
+            .zip(&self.live)
+            .map(|(p, live)| {
+                live.iter().enumerate().filter(|(_, l)| **l).map(|(row, _)| f64::from(p.length(row))).sum::<f64>()
+            })
+            .sum();
+        let average = total / self.live_count as f64;
+        let mut bound = 0.0;
+        for term in terms {
+            let df: usize = postings
+                .iter()
+                .zip(&self.live)
+                .map(|(p, live)| p.rows(term).iter().filter(|(row, _)| live[*row as usize]).count())
+                .sum();
+            let idf = lexical::idf(self.live_count, df);
+            bound += idf * (lexical::K1 + 1.0);
+            for (s, (p, live)) in postings.iter().zip(&self.live).enumerate() {
+                for &(row, count) in p.rows(term) {
+                    let row = row as usize;
+                    if live[row] {
+                        scores[s][row] += lexical::weight(idf, count, p.length(row), average);
+                    }
+                }
+            }
+        }
+        if bound > 0.0 {
+            for row in scores.iter_mut().flatten() {
+                *row = (*row / bound).clamp(0.0, 1.0);
+            }
+        }
+        scores
+    }
+}
+
+/// The best `limit` hits offered so far, with the exclusion and threshold
+/// applied and the decays remembered.
+struct TopHits<'p> {
+    params: &'p SearchParams<'p>,
+    exclude: &'p Exclusion,
+    heap: BinaryHeap<Reverse<Ranked>>,
+    decays: HashMap<(usize, usize), (f64, f64)>,
+    excluded: usize,
+}
+
+impl<'p> TopHits<'p> {
+    fn new(params: &'p SearchParams<'p>, exclude: &'p Exclusion, live: usize) -> Self {
+        let heap = BinaryHeap::with_capacity(params.limit.min(live) + 1);
+        Self { params, exclude, heap, decays: HashMap::new(), excluded: 0 }
+    }
+
+    /// Offers row `i` of segment `s` (which passed the filter) at `score`.
+    fn offer(&mut self, s: usize, i: usize, record: &Record, mut score: f64) {
+        if let Some(m) = self.params.decay.as_ref().and_then(|d| d.multiplier(record)) {
+            self.decays.insert((s, i), (score, m));
+            score *= m;
+        }
+        if self.params.score_threshold.is_some_and(|t| score <= t) {
+            return;
+        }
+        if self.exclude.excludes(&record.uri) {
+            self.excluded += 1;
+            return;
+        }
+        self.heap.push(Reverse(Ranked(score, s, i)));
+        if self.heap.len() > self.params.limit {
+            self.heap.pop();
+        }
     }
 }
 

@@ -175,6 +175,11 @@ pub struct Record {
     /// one of an older version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_version: Option<String>,
+    /// The node's term counts for keyword search
+    /// ([`super::lexical::encode_counts`] of its URI's name and its text);
+    /// empty for records written before keyword search existed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub terms: String,
 }
 
 /// Orders two source versions (S3 event sequencers: hex strings, compared
@@ -270,6 +275,7 @@ mod tests {
             owner_user_id: None,
             source_hash: String::new(),
             source_version: None,
+            terms: String::new(),
         };
         assert_eq!(r.display_uri(), "viking://resources/aws/.abstract.md");
         r.level = LEVEL_OVERVIEW;

@@ -9,7 +9,10 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use std::sync::OnceLock;
+
 use super::IndexError;
+use super::lexical::Postings;
 use super::record::{Level, Record};
 use crate::uri::VikingUri;
 
@@ -40,6 +43,9 @@ pub struct Segment {
     pub vectors: Vec<f32>,
     /// Nodes this segment deletes from earlier segments.
     pub tombstones: Vec<Tombstone>,
+    /// The keyword postings of `records`, built from their term counts on
+    /// the first keyword search ([`Segment::postings`]); not encoded.
+    pub lexical: OnceLock<Postings>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -60,6 +66,7 @@ impl Segment {
                 + r.uri.as_str().len()
                 + r.abstract_text.len()
                 + r.source_hash.len()
+                + r.terms.len()
                 + r.owner_user_id.as_ref().map_or(0, String::len)
                 + r.tags.iter().map(|t| t.len() + std::mem::size_of::<String>()).sum::<usize>()
         };
@@ -92,7 +99,14 @@ impl Segment {
         self.records = records;
         self.vectors = vectors.concat();
         self.tombstones.retain(|t| !stale(&t.uri, t.level, t.source_version.as_ref()));
+        self.lexical = OnceLock::new();
         before - self.records.len() - self.tombstones.len()
+    }
+
+    /// The keyword postings of the records, built on the first call.
+    /// Cost of that call: one pass over every record's term counts.
+    pub fn postings(&self) -> &Postings {
+        self.lexical.get_or_init(|| Postings::build(&self.records))
     }
 
     /// The vector of row `i`.
@@ -155,7 +169,7 @@ impl Segment {
             return Err(corrupt("record count does not match its header"));
         }
         let vectors = bytes[json_end..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-        Ok(Self { dim, records: body.records, vectors, tombstones: body.tombstones })
+        Ok(Self { dim, records: body.records, vectors, tombstones: body.tombstones, lexical: OnceLock::new() })
     }
 }
 

@@ -12,7 +12,7 @@ use crate::app::App;
 use crate::assemble::{Assembled, assemble, assemble_over};
 use crate::config::RetrievalConfig;
 use crate::deadline::Deadline;
-use crate::find::{authorize_targets, checked_snapshot};
+use crate::find::{authorize_targets, checked_snapshot, embed_queries};
 use crate::identity::Identity;
 use crate::index::Exclusion;
 use crate::ledger::DedupStatus;
@@ -58,7 +58,7 @@ pub async fn context(
             let (loaded, snapshot, original) = tokio::join!(
                 load_session(app, identity, id, params.dedup_turns, wants_expansion || wants_rewrite),
                 checked_snapshot(app, identity),
-                app.embedder.embed(&original),
+                embed_queries(app, params.assemble.search_kind, &original),
             );
             (Some(loaded), Some((snapshot?, original?)))
         }
@@ -77,7 +77,8 @@ pub async fn context(
     let mut assembled = match prepared {
         Some((snapshot, original)) => {
             let queries: Vec<&str> = assemble_params.queries.iter().map(String::as_str).collect();
-            let vectors = with_planned_embeddings(app, (query, original), &queries).await?;
+            let vectors =
+                with_planned_embeddings(app, params.assemble.search_kind, (query, original), &queries).await?;
             assemble_over(app, identity, &assemble_params, &exclusion, &snapshot, vectors).await?
         }
         None => assemble(app, identity, &assemble_params, &exclusion).await?,

@@ -4,7 +4,7 @@ use super::session::{expand_query, load_session};
 use super::{ListParams, ListResult, RetrievalError, expansion_enabled, with_planned_embeddings};
 use crate::app::App;
 use crate::deadline::Deadline;
-use crate::find::{authorize_targets, checked_snapshot, find, find_over};
+use crate::find::{authorize_targets, checked_snapshot, embed_queries, find, find_over};
 use crate::identity::Identity;
 use crate::llm::expansion::ExpansionStatus;
 
@@ -44,7 +44,7 @@ pub async fn list(
     let (loaded, snapshot, original) = tokio::join!(
         load_session(app, identity, session, 0, true),
         checked_snapshot(app, identity),
-        app.embedder.embed(&original),
+        embed_queries(app, find_params.search_kind, &original),
     );
     let (snapshot, original) = (snapshot?, original?);
     let expansion = expand_query(app, &loaded, &find_params.query, deadline).await;
@@ -59,7 +59,8 @@ pub async fn list(
         Some(_) => expansion.queries.iter().map(String::as_str).collect(),
         None => vec![find_params.query.as_str()],
     };
-    let vectors = with_planned_embeddings(app, (&find_params.query, original), &queries).await?;
+    let vectors =
+        with_planned_embeddings(app, find_params.search_kind, (&find_params.query, original), &queries).await?;
     let found = find_over(app, identity, &find_params, &queries, &snapshot, &vectors, now).await;
     Ok(ListResult { found, query_plan: plan.cloned() })
 }

@@ -29,8 +29,9 @@ use crate::assemble::bootstrap::{BootstrapParams, BootstrapStats};
 use crate::assemble::params::AssembleParams;
 use crate::assemble::{AssemblyStats, Entry};
 pub use crate::find::RetrievalError;
-use crate::find::{FindParams, FindResult};
+use crate::find::{FindParams, FindResult, embed_queries};
 use crate::identity::Identity;
+use crate::index::SearchKind;
 use crate::ledger::DedupStatus;
 use crate::llm::Usage;
 use crate::llm::expansion::{ExpansionStatus, QueryPlan};
@@ -218,15 +219,16 @@ fn expansion_enabled(app: &App, requested: bool) -> bool {
 /// When the embedder fails.
 async fn with_planned_embeddings(
     app: &App,
+    kind: SearchKind,
     (original, embedded): (&str, Vec<Vec<f32>>),
     queries: &[&str],
 ) -> Result<Vec<Vec<f32>>, RetrievalError> {
     let Some((_, planned)) = queries.split_first().filter(|(first, _)| **first == original) else {
-        return Ok(app.embedder.embed(queries).await?);
+        return Ok(embed_queries(app, kind, queries).await?);
     };
     let mut vectors = embedded;
     if !planned.is_empty() {
-        vectors.extend(app.embedder.embed(planned).await?);
+        vectors.extend(embed_queries(app, kind, planned).await?);
     }
     Ok(vectors)
 }

@@ -24,7 +24,7 @@ use skald::index::filter::{Field, FilterExpr, TimeField, TimeRange};
 use skald::index::record::{LEVEL_ABSTRACT, LEVEL_FILE, LEVEL_OVERVIEW};
 use skald::index::{
     COMPACT_AT, Category, ContextType, EmbedderInfo, EventDecay, Filter, IndexCache, IndexError, IndexSnapshot, Level,
-    Manifest, Record, SearchParams, Segment, Tombstone, commit, compact, manifest_key,
+    Manifest, Record, SearchKind, SearchParams, Segment, Tombstone, commit, compact, manifest_key,
 };
 use skald::store::SharedStore;
 use skald::uri::VikingUri;
@@ -137,7 +137,15 @@ fn live(snapshot: &IndexSnapshot) -> Vec<(String, String)> {
 /// Searches with the query `axis(0)`: `(display uri, score)` best first.
 fn search(snapshot: &IndexSnapshot, filter: &Filter, limit: usize, threshold: Option<f64>) -> Vec<(String, f64)> {
     let query = axis(0);
-    let params = SearchParams { vector: &query, filter, limit, score_threshold: threshold, decay: None };
+    let params = SearchParams {
+        kind: SearchKind::Semantic,
+        terms: &[],
+        vector: &query,
+        filter,
+        limit,
+        score_threshold: threshold,
+        decay: None,
+    };
     snapshot.search(&params).into_iter().map(|h| (h.record.display_uri(), h.score)).collect()
 }
 
@@ -264,7 +272,15 @@ async fn scores_threshold_and_limit(store: &SharedStore) {
 
     // Scores are (1 + cos) / 2 for another query too.
     let query = toward(0.6, 4); // E's own vector
-    let params = SearchParams { vector: &query, filter: &none, limit: 1, score_threshold: None, decay: None };
+    let params = SearchParams {
+        kind: SearchKind::Semantic,
+        terms: &[],
+        vector: &query,
+        filter: &none,
+        limit: 1,
+        score_threshold: None,
+        decay: None,
+    };
     let hits = snapshot.search(&params);
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0].record.display_uri(), E);
@@ -273,7 +289,15 @@ async fn scores_threshold_and_limit(store: &SharedStore) {
 
     // A query of another dimension matches nothing (and does not panic).
     let short = vec![1.0f32; 4];
-    let params = SearchParams { vector: &short, filter: &none, limit: 10, score_threshold: None, decay: None };
+    let params = SearchParams {
+        kind: SearchKind::Semantic,
+        terms: &[],
+        vector: &short,
+        filter: &none,
+        limit: 10,
+        score_threshold: None,
+        decay: None,
+    };
     assert!(snapshot.search(&params).is_empty());
 }
 
@@ -642,7 +666,15 @@ async fn commits_keep_working_through_compaction(store: &SharedStore) {
     let nearest = {
         let query = toward(0.6, 7);
         let filter = Filter::default();
-        let params = SearchParams { vector: &query, filter: &filter, limit: 1, score_threshold: None, decay: None };
+        let params = SearchParams {
+            kind: SearchKind::Semantic,
+            terms: &[],
+            vector: &query,
+            filter: &filter,
+            limit: 1,
+            score_threshold: None,
+            decay: None,
+        };
         snapshot.search(&params).into_iter().map(|h| h.record.uri.to_string()).collect::<Vec<_>>()
     };
     assert_eq!(nearest, [name(2)]);
@@ -929,8 +961,15 @@ async fn events_decay_with_age(store: &SharedStore) {
     let all = Filter::default();
     let run = |field, threshold| {
         let decay = EventDecay { now, window_s: window, field };
-        let params =
-            SearchParams { vector: &query, filter: &all, limit: 100, score_threshold: threshold, decay: Some(decay) };
+        let params = SearchParams {
+            kind: SearchKind::Semantic,
+            terms: &[],
+            vector: &query,
+            filter: &all,
+            limit: 100,
+            score_threshold: threshold,
+            decay: Some(decay),
+        };
         snapshot
             .search(&params)
             .into_iter()

@@ -286,6 +286,7 @@ async fn the_indexer_builds_the_records_ingest_builds() {
     assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
     for (key, (record, vector)) in &want {
         let (other, other_vector) = &got[key];
+        assert!(!record.terms.is_empty(), "{key:?} has keyword terms");
         assert_eq!(other, record, "{key:?}");
         assert_eq!(other_vector, vector, "{key:?}");
     }

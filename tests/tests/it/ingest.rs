@@ -517,7 +517,13 @@ async fn another_embedder_is_refused(store: &SharedStore, source: &Path) {
         &IngestOptions::default(),
     )
     .expect("indexable");
-    let seg = Segment { dim: 64, records: vec![seed.record], vectors: hashed.embed_one("seed"), tombstones: vec![] };
+    let seg = Segment {
+        dim: 64,
+        records: vec![seed.record],
+        vectors: hashed.embed_one("seed"),
+        tombstones: vec![],
+        ..Segment::default()
+    };
     commit(store, &beta, &info, &seg).await.expect("seed an index of another embedder");
     let beta_manifest = store.get(&manifest_key(&beta)).await.expect("beta's manifest").body;
     let mut on_event = |_: IngestEvent| {};

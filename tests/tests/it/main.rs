@@ -19,6 +19,7 @@ mod golden;
 mod index_suite;
 mod indexer;
 mod ingest;
+mod keyword_search;
 mod llm_stages;
 mod mcp_tools;
 mod model_server;

@@ -74,7 +74,13 @@ fn versioned(writer: usize, node: usize, version: usize) -> Segment {
     let record = file_record_of(&uri, &abstract_text, &format!("w{writer}-n{node}-v{version}"));
     let mut vector = vec![0.0; EMBED_DIMENSION];
     vector[(writer * 7 + node) % EMBED_DIMENSION] = 1.0;
-    Segment { dim: EMBED_DIMENSION, records: vec![record], vectors: vector, tombstones: Vec::new() }
+    Segment {
+        dim: EMBED_DIMENSION,
+        records: vec![record],
+        vectors: vector,
+        tombstones: Vec::new(),
+        ..Segment::default()
+    }
 }
 
 #[derive(Default)]

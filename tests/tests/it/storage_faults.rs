@@ -51,7 +51,7 @@ fn one_record(name: &str) -> Segment {
     let record = file_record_of(&uri, &format!("{name} abstract"), &format!("hash of {name}"));
     let mut vector = vec![0.0; DIM];
     vector[name.len() % DIM] = 1.0;
-    Segment { dim: DIM, records: vec![record], vectors: vector, tombstones: Vec::new() }
+    Segment { dim: DIM, records: vec![record], vectors: vector, tombstones: Vec::new(), ..Segment::default() }
 }
 
 fn faulty(store: SharedStore, rules: Vec<Rule>) -> Arc<FaultyStore> {
