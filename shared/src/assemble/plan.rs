@@ -15,8 +15,10 @@
 //! - round 1 lifts directories to `overview`, round 2 files to `full`
 //!   (else `overview`), both in rank order within the per-entry cap; a
 //!   spare round spends what is left past the cap;
-//! - last, a bare URI goes to left-out entries ranked below every entry
-//!   with text, while they fit.
+//! - last, only when no entry with text fits at all, bare URIs go to the
+//!   left-out entries in rank order while they fit: a pointer beats an
+//!   empty block, but beside entries with text the tokens left stay
+//!   unspent rather than buy names without content.
 //!
 //! So a higher-ranked entry is never a bare URI while a lower-ranked one
 //! carries text, and fewer entries with text beat more without. A pinned
@@ -335,10 +337,10 @@ pub fn plan(candidates: &[Candidate], request: &PlanRequest<'_>) -> Plan {
         }
     }
 
-    // Last: bare URIs for left-out entries ranked below every entry with
-    // text, while they fit (the entries stay in rank order).
-    let last_text = out.entries.last().map(|p| p.candidate);
-    for i in left_out.into_iter().filter(|i| last_text.is_none_or(|last| *i > last)) {
+    // Last, when nothing with text fits: bare URIs, in rank order, while
+    // they fit.
+    let no_text = out.entries.is_empty();
+    for i in left_out.into_iter().filter(|_| no_text) {
         let c = &candidates[i];
         if request.detail.pin(c.category).is_some() {
             continue;
@@ -437,17 +439,19 @@ mod tests {
     }
 
     #[test]
-    fn bare_uris_only_below_every_entry_with_text() {
+    fn bare_uris_only_when_no_text_fits() {
         let cs = [
             cand("resources/none0.md", Category::Resources, 0.9, (0, None, None)),
             cand("resources/a.md", Category::Resources, 0.8, (10, None, None)),
             cand("resources/b.md", Category::Resources, 0.7, (10, None, None)),
             cand("resources/none3.md", Category::Resources, 0.6, (0, None, None)),
-            cand("resources/none4.md", Category::Resources, 0.5, (0, None, None)),
         ];
         let p = plan(&cs, &auto(1000));
-        assert_eq!(tiers(&p), [(1, Tier::Abstract), (2, Tier::Abstract), (3, Tier::Uri), (4, Tier::Uri)]);
-        assert_eq!(p.dropped, 1, "the best has no text and ranks above text: left out");
+        assert_eq!(tiers(&p), [(1, Tier::Abstract), (2, Tier::Abstract)]);
+        assert_eq!(p.dropped, 2, "nodes without text are left out beside entries with text");
+        // Nothing with text: pointers, in rank order, while they fit.
+        let p = plan(&[cs[0].clone(), cs[3].clone()], &auto(1000));
+        assert_eq!(tiers(&p), [(0, Tier::Uri), (1, Tier::Uri)]);
     }
 
     #[test]

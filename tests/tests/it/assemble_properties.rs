@@ -5,12 +5,11 @@
 //!   keeps rank order, places each candidate at most once, accounts for
 //!   every candidate, never pins an entry to a bare URI, respects tier
 //!   ceilings and only plans tiers that have text;
-//! - how the plan fills the budget: a pinned entry sits at its pin; a
-//!   higher-ranked entry is never a bare URI while a lower-ranked one
-//!   carries text; an automatic entry's text is cut only to what fits (a
-//!   prefix of at least `MIN_CUT_TOKENS`, marked); an entry is bare only
-//!   when no text of it fits, and is not left below a deeper tier that
-//!   would still fit; a candidate is dropped only when it no longer fits;
+//! - how the plan fills the budget: a pinned entry sits at its pin; bare
+//!   URIs appear only in a plan with no text at all; an automatic entry's
+//!   text is cut only to what fits (a prefix of at least `MIN_CUT_TOKENS`,
+//!   marked); an entry is not left below a deeper tier that would still
+//!   fit; a candidate is dropped only when it no longer fits;
 //! - the renderer ([`skald::assemble::render::render`]) over arbitrary
 //!   entries: the block is well-formed XML that a parser (quick-xml's
 //!   `Reader`) reads back into exactly the entries it was given, whatever
@@ -376,9 +375,9 @@ fn check_plan(cs: &[Candidate], request: &PlanRequest<'_>, p: &Plan) -> Result<(
         }
         prop_assert_eq!(e.tokens, priced_body(c, e.tier, e.body_tokens, e.cut));
     }
-    // A higher-ranked entry is never a bare URI while a lower-ranked one carries text.
-    if let Some(bare) = p.entries.iter().position(|e| e.tier == Tier::Uri) {
-        prop_assert!(p.entries[bare..].iter().all(|e| e.tier == Tier::Uri), "a bare uri above text: {p:?}");
+    // Bare URIs only in a plan without text (so never above an entry with text).
+    if p.entries.iter().any(|e| e.tier == Tier::Uri) {
+        prop_assert!(p.entries.iter().all(|e| e.tier == Tier::Uri), "a bare uri beside text: {p:?}");
     }
     if matches!(request.detail, Detail::Pin(_)) {
         prop_assert!(p.entries.iter().all(|e| e.tier != Tier::Uri));
@@ -426,9 +425,9 @@ fn costs_increase(c: &Candidate) -> bool {
 /// - a pinned entry sits at its pin (or the best tier below it with text);
 /// - a candidate is dropped only when, at its turn in round 0, it no
 ///   longer fitted (at its pin, or with its least text): round 0 used at
-///   most `fill.floor_tokens`, so it does not fit what that leaves — or,
-///   for an automatic one ranked below every entry with text, when its
-///   bare URI does not fit what the plan leaves;
+///   most `fill.floor_tokens`, so it does not fit what that leaves — and,
+///   in a plan without text, only when its bare URI does not fit what the
+///   plan leaves;
 /// - when every candidate's tiers cost strictly more as they deepen (the
 ///   budget then only shrinks as the plan fills, so what fits the final
 ///   plan's room fitted all along): an automatic entry is a bare `uri`
@@ -439,7 +438,7 @@ fn check_fill(cs: &[Candidate], request: &PlanRequest<'_>, p: &Plan) -> Result<(
     let max = request.max_tokens.max(1);
     let events_max = request.events_budget_share.map(|s| (max as f64 * s.clamp(0.0, 1.0)) as usize);
     let placed: HashSet<usize> = p.entries.iter().map(|e| e.candidate).collect();
-    let last_text = p.entries.iter().rev().find(|e| e.tier != Tier::Uri).map(|e| e.candidate);
+    let no_text = p.entries.iter().all(|e| e.tier == Tier::Uri);
     let mut seen: HashSet<&str> = HashSet::new();
     for (i, c) in cs.iter().enumerate() {
         if !seen.insert(c.dedup_key.as_str()) || placed.contains(&i) {
@@ -449,22 +448,29 @@ fn check_fill(cs: &[Candidate], request: &PlanRequest<'_>, p: &Plan) -> Result<(
             continue; // Its share's use in round 0 is not reported.
         }
         let pinned = request.detail.pin(c.category).is_some();
-        let (cost, left) = if pinned {
-            (pinned_tier(c, request.detail).and_then(|t| priced(c, t)), max.saturating_sub(p.fill.floor_tokens))
-        } else if last_text.is_some_and(|last| i < last) {
-            (least_text(c), max.saturating_sub(p.fill.floor_tokens))
+        let mut fits = vec![];
+        if pinned {
+            fits.push((
+                pinned_tier(c, request.detail).and_then(|t| priced(c, t)),
+                max.saturating_sub(p.fill.floor_tokens),
+            ));
         } else {
-            (priced(c, Tier::Uri), max.saturating_sub(p.tokens))
-        };
-        if let Some(cost) = cost {
-            prop_assert!(
-                cost + 1 > left,
-                "candidate {} dropped although {} tokens and a separator fit the {} tokens left: {:?}",
-                i,
-                cost,
-                left,
-                p
-            );
+            fits.push((least_text(c), max.saturating_sub(p.fill.floor_tokens)));
+            if no_text {
+                fits.push((priced(c, Tier::Uri), max.saturating_sub(p.tokens)));
+            }
+        }
+        for (cost, left) in fits {
+            if let Some(cost) = cost {
+                prop_assert!(
+                    cost + 1 > left,
+                    "candidate {} dropped although {} tokens and a separator fit the {} tokens left: {:?}",
+                    i,
+                    cost,
+                    left,
+                    p
+                );
+            }
         }
     }
     for e in &p.entries {
