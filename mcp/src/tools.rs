@@ -153,8 +153,8 @@ fn build() -> Vec<Tool> {
         "properties": {
             "query": query,
             "search_type": {
-                "type": "string", "enum": ["semantic", "keywords", "hybrid"], "default": "semantic",
-                "description": "'semantic' (by meaning, any language); 'keywords' (exact words: names, identifiers, error codes; Chinese too); 'hybrid' (meaning, lifted by exact words)."
+                "type": "string", "enum": ["semantic", "keywords", "hybrid"],
+                "description": "'semantic' (by meaning, any language; the default in list mode); 'keywords' (exact words: names, identifiers, error codes; Chinese too); 'hybrid' (meaning, lifted by exact words; the default in context mode)."
             },
             "target_uri": {
                 "type": "array", "items": { "type": "string" },

@@ -223,7 +223,10 @@ fn parse_context(body: &mut Body, request: &mut SearchRequest, profiles: &BTreeM
     }
     let p = &mut request.assemble;
     p.queries = vec![common.params.query.clone()];
-    p.search_kind = common.params.search_kind;
+    // Context mode searches hybrid unless the request names a type.
+    if body.sent("search_type") {
+        p.search_kind = common.params.search_kind;
+    }
     p.limit = common.params.limit;
     p.score_threshold = common.params.score_threshold.unwrap_or(DEFAULT_SCORE_THRESHOLD);
     p.expr = common.params.expr.clone();

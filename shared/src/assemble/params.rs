@@ -249,7 +249,9 @@ pub struct AssembleParams {
     pub penalties: BTreeMap<Category, f64>,
     /// Render the block (false: entries only, `rendered` empty).
     pub render: bool,
-    /// How records are matched (`search_type`; default semantic).
+    /// How records are matched (`search_type`). Default: hybrid — on the
+    /// committed query set it serves more relevant memories with text than
+    /// semantic search at every budget, across languages too.
     pub search_kind: crate::index::SearchKind,
 }
 
@@ -271,7 +273,7 @@ impl Default for AssembleParams {
             peer_scope: PeerScope::All,
             penalties: default_penalties(),
             render: true,
-            search_kind: crate::index::SearchKind::Semantic,
+            search_kind: crate::index::SearchKind::Hybrid,
         }
     }
 }

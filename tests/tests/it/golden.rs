@@ -25,7 +25,7 @@ use skald::config::Config;
 use skald::embed::Embedder;
 use skald::embed::hashed::HashedEmbedder;
 use skald::identity::{AccountId, Identity, UserId};
-use skald::index::{Category, Exclusion};
+use skald::index::{Category, Exclusion, SearchKind};
 use skald::ingest::{IngestOptions, ingest_dir};
 use skald::store::SharedStore;
 use skald::store::local::LocalStore;
@@ -204,6 +204,9 @@ async fn run(case: Case<'_>) -> Assembled {
         queries: vec![case.query.to_owned()],
         max_tokens: case.max_tokens,
         detail: case.detail,
+        // The blocks pin the planner and the renderer: semantic scores from
+        // the spelling double, whatever context mode's default search is.
+        search_kind: SearchKind::Semantic,
         ..AssembleParams::default()
     };
     let out = assemble(&app, &identity(), &params, &Exclusion::default()).await.expect("assemble");
