@@ -3,12 +3,17 @@
 //!
 //! ```text
 //! cargo run --release -p skald-bench --bin bench -- --records 100000 [--s3 | --s3-only]
-//!     [--repeat 5] [--queries 200] [--segment 5000] [--dim 512] [--seed 1]
+//!     [--repeat 5] [--queries 200] [--segment 5000] [--dim 512] [--seed 1] [--no-terms]
 //! ```
 //!
 //! Records are random unit vectors (a SplitMix64 PRNG, Box–Muller normals)
 //! with URIs spread over `viking://user/bench/{memories,resources,skills}`
-//! and `viking://resources/…`, and ~200-byte abstracts. Everything runs
+//! and `viking://resources/…`, and ~200-byte abstracts: half their words
+//! from a 40-word technical list, half from a 20,000-word synthetic
+//! vocabulary drawn log-uniformly (a few words common, most rare, as in
+//! text). Each record stores the keyword terms of its abstract
+//! (`--no-terms`: none, to see what they cost a load). Keyword queries are
+//! one listed word and two vocabulary words. Everything runs
 //! against a `LocalStore` in a temporary directory; `--s3` repeats it on a
 //! fresh bucket of a local moto server, `--s3-only` runs only that.
 // A benchmark reports on stdout by design.
@@ -43,13 +48,23 @@ struct Args {
     seed: u64,
     local: bool,
     s3: bool,
+    terms: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args =
-        Args { records: 10_000, repeat: 5, queries: 200, segment: 5_000, dim: 512, seed: 1, local: true, s3: false };
+    let mut args = Args {
+        records: 10_000,
+        repeat: 5,
+        queries: 200,
+        segment: 5_000,
+        dim: 512,
+        seed: 1,
+        local: true,
+        s3: false,
+        terms: true,
+    };
     let mut flags = Flags::from_env(
-        "usage: bench [--records N] [--repeat R] [--queries Q] [--segment S] [--dim D] [--seed X] [--s3 | --s3-only]",
+        "usage: bench [--records N] [--repeat R] [--queries Q] [--segment S] [--dim D] [--seed X] [--s3 | --s3-only] [--no-terms]",
     );
     while let Some(flag) = flags.next() {
         match flag.as_str() {
@@ -63,6 +78,7 @@ fn parse_args() -> Result<Args, String> {
             "--segment" => args.segment = flags.at_least(&flag, 1)?,
             "--dim" => args.dim = flags.at_least(&flag, 1)?,
             "--seed" => args.seed = flags.number(&flag)?,
+            "--no-terms" => args.terms = false,
             _ => return Err(flags.unknown(&flag)),
         }
     }
@@ -112,17 +128,36 @@ const WORDS: [&str; 40] = [
     "context",
 ];
 
-/// A ~200-byte abstract.
+/// Words of the synthetic vocabulary.
+const VOCABULARY: usize = 20_000;
+
+/// A vocabulary word, drawn log-uniformly: word `k` about as often as
+/// `1 / k` (Zipf's law, roughly).
+fn vocabulary_word(rng: &mut Rng) -> String {
+    let k = (VOCABULARY as f64).powf(rng.below(1_000_000) as f64 / 1_000_000.0) as usize;
+    format!("w{k}x")
+}
+
+/// A ~200-byte abstract: listed words and vocabulary words in turn.
 fn abstract_text(rng: &mut Rng) -> String {
     let mut text = String::with_capacity(220);
     while text.len() < 200 {
         if !text.is_empty() {
             text.push(' ');
         }
-        text.push_str(WORDS[rng.below(WORDS.len())]);
+        if text.len() % 2 == 0 {
+            text.push_str(WORDS[rng.below(WORDS.len())]);
+        } else {
+            text.push_str(&vocabulary_word(rng));
+        }
     }
     text.push('.');
     text
+}
+
+/// A keyword query: one listed word and two vocabulary words.
+fn keyword_query(rng: &mut Rng) -> String {
+    format!("{} {} {}", WORDS[rng.below(WORDS.len())], vocabulary_word(rng), vocabulary_word(rng))
 }
 
 fn uri(text: &str) -> VikingUri {
@@ -131,7 +166,7 @@ fn uri(text: &str) -> VikingUri {
 
 /// Record `i`: 40 % shared resources, 35 % memories, 15 % user resources,
 /// 10 % skills; one in ten is a directory's abstract or overview.
-fn make_record(i: usize, rng: &mut Rng, now: i64) -> Record {
+fn make_record(i: usize, rng: &mut Rng, now: i64, terms: bool) -> Record {
     let dir_level = match rng.below(20) {
         0 => Some(0),
         1 => Some(1),
@@ -169,7 +204,7 @@ fn make_record(i: usize, rng: &mut Rng, now: i64) -> Record {
         full_tokens: Some(400),
         source_hash: skald::ingest::source_hash(abstract_text.as_bytes()),
         source_version: None,
-        terms: String::new(),
+        terms: if terms { skald::index::lexical::encode_counts(&[&abstract_text]) } else { String::new() },
         abstract_text,
         size: 200 + rng.below(20_000) as u64,
         created_at,
@@ -235,7 +270,7 @@ async fn run(store: &SharedStore, store_name: &str, local: bool, args: &Args) {
         let mut segment = Segment { dim: args.dim, ..Segment::default() };
         segment.vectors.reserve((end - next) * args.dim);
         for i in next..end {
-            segment.records.push(make_record(i, &mut rng, now));
+            segment.records.push(make_record(i, &mut rng, now, args.terms));
             rng.unit_vector(args.dim, &mut segment.vectors);
         }
         generate += started.elapsed();
@@ -385,70 +420,92 @@ async fn run(store: &SharedStore, store_name: &str, local: bool, args: &Args) {
         ("default targets (2 roots)", Filter { targets: default_targets(&identity, None), ..Filter::default() }),
         ("narrow subtree", Filter { targets: vec![uri(NARROW)], ..Filter::default() }),
     ];
-    let queries: Vec<Vec<f32>> = (0..args.queries)
+    let queries: Vec<(Vec<f32>, Vec<String>)> = (0..args.queries)
         .map(|_| {
             let mut v = Vec::with_capacity(args.dim);
             rng.unit_vector(args.dim, &mut v);
-            v
+            (v, skald::index::lexical::query_terms(&keyword_query(&mut rng)))
         })
         .collect();
+
+    // Keyword search's first query builds every segment's postings.
+    let stored_terms: usize = snapshot.records().map(|(r, _)| r.terms.len()).sum();
+    let cold = IndexSnapshot::load(store, &account, None).await.unwrap_or_else(|e| fail("load", e));
+    let keyword = |snapshot: &IndexSnapshot, terms: &[String]| {
+        let none = Filter::default();
+        let params = SearchParams {
+            kind: SearchKind::Keywords,
+            terms,
+            vector: &[],
+            filter: &none,
+            limit: 10,
+            score_threshold: None,
+            decay: None,
+        };
+        let started = Instant::now();
+        black_box(snapshot.search(&params));
+        started.elapsed()
+    };
+    let first = keyword(&cold, &queries[0].1);
+    let second = keyword(&cold, &queries[0].1);
+    println!(
+        "lexical: terms stored in the records {}; postings in memory {}; first keyword search (builds the postings) {} ms, the same again {} ms",
+        mib(stored_terms as u64),
+        mib(cold.lexical_memory_bytes() as u64),
+        ms(first),
+        ms(second)
+    );
+    drop(cold);
+
     println!(
         "search (live records {}, Q={}, limit 10), ms   matched   p50     p95     max     q/s  filter-only",
         snapshot.len(),
         args.queries
     );
-    for (name, filter) in &filters {
-        // The filter alone over every live record (no dot products), best of 5.
-        let mut matched = 0;
-        let mut filter_only = Duration::MAX;
-        for _ in 0..5 {
+    for kind in [SearchKind::Semantic, SearchKind::Keywords, SearchKind::Hybrid] {
+        for (name, filter) in &filters {
+            // The filter alone over every live record (no dot products), best of 5.
+            let mut matched = 0;
+            let mut filter_only = Duration::MAX;
+            for _ in 0..5 {
+                let started = Instant::now();
+                matched = black_box(snapshot.records().filter(|(r, _)| filter.matches(r)).count());
+                filter_only = filter_only.min(started.elapsed());
+            }
+            let targets: Vec<&str> = filter.targets.iter().map(VikingUri::as_str).collect();
+            fn params<'q>(
+                kind: SearchKind,
+                filter: &'q Filter,
+                (vector, terms): &'q (Vec<f32>, Vec<String>),
+            ) -> SearchParams<'q> {
+                SearchParams { kind, terms, vector, filter, limit: 10, score_threshold: None, decay: None }
+            }
+            // One untimed pass warms caches (and builds the postings).
+            for q in queries.iter().take(3) {
+                black_box(snapshot.search(&params(kind, filter, q)));
+            }
+            let mut times = Vec::with_capacity(queries.len());
             let started = Instant::now();
-            matched = black_box(snapshot.records().filter(|(r, _)| filter.matches(r)).count());
-            filter_only = filter_only.min(started.elapsed());
+            for q in &queries {
+                let params = params(kind, filter, q);
+                let t = Instant::now();
+                let hits = snapshot.search(&params);
+                times.push(t.elapsed());
+                black_box(hits);
+            }
+            let elapsed = started.elapsed();
+            let summary = Summary::of(&times);
+            println!(
+                "  {:<38} {matched:>7} {:>7} {:>7} {:>7} {:>7.0} {:>8}   {}",
+                format!("{} {name}", kind.as_str()),
+                ms(summary.p50),
+                ms(summary.p95),
+                ms(summary.max),
+                queries.len() as f64 / elapsed.as_secs_f64(),
+                ms(filter_only),
+                if targets.is_empty() { "(any)".to_owned() } else { targets.join(", ") }
+            );
         }
-        let targets: Vec<&str> = filter.targets.iter().map(VikingUri::as_str).collect();
-        // One untimed pass warms caches.
-        for q in queries.iter().take(3) {
-            let params = SearchParams {
-                kind: SearchKind::Semantic,
-                terms: &[],
-                vector: q,
-                filter,
-                limit: 10,
-                score_threshold: None,
-                decay: None,
-            };
-            black_box(snapshot.search(&params));
-        }
-        let mut times = Vec::with_capacity(queries.len());
-        let started = Instant::now();
-        for q in &queries {
-            let params = SearchParams {
-                kind: SearchKind::Semantic,
-                terms: &[],
-                vector: q,
-                filter,
-                limit: 10,
-                score_threshold: None,
-                decay: None,
-            };
-            let t = Instant::now();
-            let hits = snapshot.search(&params);
-            times.push(t.elapsed());
-            black_box(hits);
-        }
-        let elapsed = started.elapsed();
-        let summary = Summary::of(&times);
-        println!(
-            "  {:<38} {matched:>7} {:>7} {:>7} {:>7} {:>7.0} {:>8}   {}",
-            name,
-            ms(summary.p50),
-            ms(summary.p95),
-            ms(summary.max),
-            queries.len() as f64 / elapsed.as_secs_f64(),
-            ms(filter_only),
-            if targets.is_empty() { "(any)".to_owned() } else { targets.join(", ") }
-        );
     }
     println!();
 }

@@ -681,10 +681,19 @@ impl IndexSnapshot {
     }
 
     /// An estimate of the memory the snapshot holds (its segments' vectors
-    /// and records; [`Segment::memory_bytes`]). Cost: none.
+    /// and records; [`Segment::memory_bytes`]), as loaded: keyword postings
+    /// built since are [`IndexSnapshot::lexical_memory_bytes`]. Cost: none.
     #[must_use]
     pub fn memory_bytes(&self) -> usize {
         self.memory_bytes
+    }
+
+    /// An estimate of the memory the keyword postings built so far hold
+    /// (none until the first keyword or hybrid search). Cost: one pass
+    /// over the built postings' terms.
+    #[must_use]
+    pub fn lexical_memory_bytes(&self) -> usize {
+        self.segments.iter().filter_map(|(_, seg)| seg.lexical.get()).map(lexical::Postings::memory_bytes).sum()
     }
 
     /// Checks that this index was built by `configured` (an empty index was
