@@ -145,7 +145,7 @@ fn abstract_text(rng: &mut Rng) -> String {
         if !text.is_empty() {
             text.push(' ');
         }
-        if text.len() % 2 == 0 {
+        if text.len().is_multiple_of(2) {
             text.push_str(WORDS[rng.below(WORDS.len())]);
         } else {
             text.push_str(&vocabulary_word(rng));
