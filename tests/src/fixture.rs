@@ -733,3 +733,16 @@ pub fn file_record_of(uri: &str, abstract_text: &str, source_hash: &str) -> skal
         terms: String::new(),
     }
 }
+
+/// The hits of a find or list-mode `result` (`memories`, `resources` and
+/// `skills` together) as URIs, best score first.
+#[must_use]
+pub fn ranked_uris(result: &Value) -> Vec<String> {
+    let mut hits: Vec<(f64, String)> = ["memories", "resources", "skills"]
+        .iter()
+        .flat_map(|k| result[*k].as_array().cloned().unwrap_or_default())
+        .map(|h| (h["score"].as_f64().unwrap_or(0.0), h["uri"].as_str().unwrap_or("").to_owned()))
+        .collect();
+    hits.sort_by(|a, b| b.0.total_cmp(&a.0));
+    hits.into_iter().map(|(_, u)| u).collect()
+}

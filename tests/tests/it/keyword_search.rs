@@ -36,16 +36,7 @@ async fn app() -> (Arc<App>, TempDirs) {
     app_with_corpus(CORPUS, true).await
 }
 
-/// The URIs of a find/list result, best first.
-fn hits(result: &Value) -> Vec<String> {
-    let mut all: Vec<(f64, String)> = ["memories", "resources", "skills"]
-        .iter()
-        .flat_map(|k| result[*k].as_array().cloned().unwrap_or_default())
-        .map(|h| (h["score"].as_f64().unwrap_or(0.0), h["uri"].as_str().unwrap_or("").to_owned()))
-        .collect();
-    all.sort_by(|a, b| b.0.total_cmp(&a.0));
-    all.into_iter().map(|(_, u)| u).collect()
-}
+use skald_tests::fixture::ranked_uris as hits;
 
 fn score_of(result: &Value, uri: &str) -> Option<f64> {
     ["memories", "resources", "skills"]

@@ -160,13 +160,7 @@ async fn evaluate_find(app: &App, kind: SearchKind) -> Vec<(String, Scores)> {
             ..FindParams::default()
         };
         let result = serde_json::to_value(find(app, &identity, &params, 0).await.expect("find")).expect("json");
-        let mut hits: Vec<(f64, String)> = ["memories", "resources", "skills"]
-            .iter()
-            .flat_map(|k| result[*k].as_array().cloned().unwrap_or_default())
-            .map(|h| (h["score"].as_f64().unwrap_or(0.0), h["uri"].as_str().unwrap_or("").to_owned()))
-            .collect();
-        hits.sort_by(|a, b| b.0.total_cmp(&a.0));
-        let ranked: Vec<String> = hits.into_iter().map(|(_, u)| u).collect();
+        let ranked = skald_tests::fixture::ranked_uris(&result);
         let (recall, rr) = score(&ranked, &case.relevant);
         for key in case.groups() {
             let s = slot(&mut groups, &key);
