@@ -689,11 +689,18 @@ impl IndexSnapshot {
     }
 
     /// An estimate of the memory the keyword postings built so far hold
-    /// (none until the first keyword or hybrid search). Cost: one pass
-    /// over the built postings' terms.
+    /// (none until the first keyword or hybrid search). Cost: one look per
+    /// segment.
     #[must_use]
     pub fn lexical_memory_bytes(&self) -> usize {
         self.segments.iter().filter_map(|(_, seg)| seg.lexical.get()).map(lexical::Postings::memory_bytes).sum()
+    }
+
+    /// [`IndexSnapshot::memory_bytes`] plus the postings built since the
+    /// load: what the warm cache counts against its bound.
+    #[must_use]
+    pub fn resident_bytes(&self) -> usize {
+        self.memory_bytes + self.lexical_memory_bytes()
     }
 
     /// Checks that this index was built by `configured` (an empty index was
@@ -995,7 +1002,8 @@ fn liveness(segments: &[(String, Arc<Segment>)]) -> (Vec<Vec<bool>>, usize, Dele
 /// Keeps accounts' loaded indexes warm between requests, revalidates each
 /// by the manifest's etag (one HEAD), reloading only new segments, and
 /// keeps their memory within a bound: when the snapshots it holds add up
-/// to more than `max_bytes` ([`IndexSnapshot::memory_bytes`]), the least
+/// to more than `max_bytes` ([`IndexSnapshot::resident_bytes`], keyword
+/// postings included once built; counted at each load), the least
 /// recently used accounts' snapshots are dropped (the one just served is
 /// always kept, even alone over the bound).
 #[derive(Debug)]
@@ -1109,7 +1117,7 @@ impl IndexCache {
     /// Drops the least recently used snapshots other than `keep`'s until
     /// the rest fit the bound; updates the resident count.
     fn evict(&self, entries: &mut CacheEntries, keep: &AccountId) {
-        let mut total: usize = entries.by_account.values().map(|e| e.snapshot.memory_bytes()).sum();
+        let mut total: usize = entries.by_account.values().map(|e| e.snapshot.resident_bytes()).sum();
         while total > self.max_bytes {
             let oldest = entries
                 .by_account
@@ -1122,8 +1130,9 @@ impl IndexCache {
                 break;
             };
             if let Some(evicted) = entries.by_account.remove(&oldest) {
-                total -= evicted.snapshot.memory_bytes();
-                tracing::info!(account = %oldest, bytes = evicted.snapshot.memory_bytes(), "index evicted from the warm cache");
+                let bytes = evicted.snapshot.resident_bytes();
+                total -= bytes;
+                tracing::info!(account = %oldest, bytes, "index evicted from the warm cache");
             }
         }
         self.resident.store(total, AtomicOrdering::Relaxed);

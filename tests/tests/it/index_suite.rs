@@ -45,6 +45,7 @@ skald_tests::on_both_stores!(worker_threads = 4;
     cache_keeps_within_its_memory_bound(shared),
     ordered_commits_never_go_back(shared),
     events_decay_with_age(shared),
+    keyword_search_sees_only_live_records(shared),
 );
 
 // ---------------------------------------------------------------- helpers
@@ -1036,4 +1037,55 @@ async fn events_decay_with_age(store: &SharedStore) {
     // Without decay every score is the plain one.
     let plain = search(&snapshot, &all, 100, None);
     assert_eq!(plain.first().map(|(_, s)| *s), Some(1.0));
+}
+
+/// `r` with the keyword terms of `text`.
+fn with_words(mut r: Record, text: &str) -> Record {
+    r.terms = skald::index::lexical::encode_counts(&[text]);
+    r
+}
+
+/// Keyword search over several segments: a later segment's record replaces
+/// an earlier one's words, a tombstone removes its node's, BM25 counts only
+/// live records; the postings are built on the first keyword search and
+/// the warm cache counts them.
+async fn keyword_search_sees_only_live_records(store: &SharedStore) {
+    let a = "viking://resources/k/a.md";
+    let b = "viking://resources/k/b.md";
+    let c = "viking://resources/k/c.md";
+    let first = vec![
+        (with_words(record(a, LEVEL_FILE), "zebra crossing"), axis(0)),
+        (with_words(record(b, LEVEL_FILE), "zebra stripes"), axis(1)),
+        (with_words(record(c, LEVEL_FILE), "lion pride"), axis(2)),
+    ];
+    commit_ok(store, &segment(first, &[])).await;
+    // a is rewritten without "zebra"; b is removed.
+    commit_ok(
+        store,
+        &segment(vec![(with_words(record(a, LEVEL_FILE), "pedestrian crossing"), axis(0))], &[(b, LEVEL_FILE)]),
+    )
+    .await;
+    let snapshot = load(store).await;
+    assert_eq!(snapshot.lexical_memory_bytes(), 0, "no postings before a keyword search");
+    let keywords = |query: &str| -> Vec<(String, f64)> {
+        let none = Filter::default();
+        let terms = skald::index::lexical::query_terms(query);
+        let params = SearchParams {
+            kind: SearchKind::Keywords,
+            terms: &terms,
+            vector: &[],
+            filter: &none,
+            limit: 10,
+            score_threshold: None,
+            decay: None,
+        };
+        snapshot.search(&params).iter().map(|h| (h.record.uri.to_string(), h.score)).collect()
+    };
+    assert!(keywords("zebra").is_empty(), "neither the old a nor the removed b: {:?}", keywords("zebra"));
+    let crossing = keywords("crossing");
+    assert_eq!(crossing.iter().map(|(u, _)| u.as_str()).collect::<Vec<_>>(), [a]);
+    assert!(crossing[0].1 > 0.0 && crossing[0].1 < 1.0, "{crossing:?}");
+    assert_eq!(keywords("lion pride").iter().map(|(u, _)| u.as_str()).collect::<Vec<_>>(), [c]);
+    assert!(snapshot.lexical_memory_bytes() > 0, "built on first use");
+    assert_eq!(snapshot.resident_bytes(), snapshot.memory_bytes() + snapshot.lexical_memory_bytes());
 }
