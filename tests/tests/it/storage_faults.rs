@@ -115,6 +115,22 @@ async fn session_view(app: &Arc<skald::app::App>, id: &str) -> (u64, Vec<String>
     (info.json["result"]["message_count"].as_u64().expect("count"), ids)
 }
 
+/// [`session_view`] once two reads in a row agree and the count matches
+/// the messages (a write cut by a deadline may land after the answer);
+/// the last read after 3 s.
+async fn settled_view(app: &Arc<skald::app::App>, id: &str) -> (u64, Vec<String>) {
+    let mut last = session_view(app, id).await;
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = session_view(app, id).await;
+        if now == last && now.0 == now.1.len() as u64 {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
 fn message(id: &str, text: &str) -> Value {
     json!({"id": id, "role": "user", "content": text})
 }
@@ -301,9 +317,10 @@ async fn a_batch_is_cut_at_the_deadline_and_says_so(store: SharedStore) {
     assert_eq!(cut.json["result"]["truncated"], true);
     assert_eq!(cut.json["result"]["message_count"], applied);
     // The append the deadline cut has an unknown outcome: its write may
-    // still land, so the session holds the `applied` messages and at most
-    // that one more — never a gap, never out of order.
-    let (count, seen) = session_view(&app, "slow").await;
+    // still land (after the answer, so wait until the session settles),
+    // so the session holds the `applied` messages and at most that one
+    // more — never a gap, never out of order.
+    let (count, seen) = settled_view(&app, "slow").await;
     assert!(count == applied || count == applied + 1, "count {count}, applied {applied}");
     let expected: Vec<String> = (0..count).map(|i| format!("s{i}")).collect();
     assert_eq!(seen, expected, "the first messages, in order");
