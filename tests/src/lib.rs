@@ -7,6 +7,8 @@
 //!   `lambda_http` types.
 //! - [`model_server`]: a scriptable OpenAI-compatible and Bedrock Converse
 //!   server on a local port, for the LLM clients.
+//! - [`s3vectors`]: an in-process Amazon S3 Vectors emulator (its REST-JSON
+//!   protocol on a local port) and an `aws-sdk-s3vectors` client for it.
 //! - [`counting`]: a [`skald::store::Store`] wrapper that records every
 //!   call, so tests can assert how many store round trips a route makes.
 //! - [`faults`]: a [`skald::store::Store`] wrapper that injects S3's faults
@@ -31,5 +33,6 @@ pub mod faults;
 pub mod fixture;
 pub mod model_server;
 pub mod moto;
+pub mod s3vectors;
 pub mod tables;
 pub mod xml;

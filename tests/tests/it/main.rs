@@ -26,6 +26,7 @@ mod model_server;
 mod openapi;
 mod recall_api;
 mod retrieval_quality;
+mod s3vectors_emulator;
 mod search_api;
 mod secrets;
 mod session_commit;
