@@ -31,8 +31,11 @@
 //! Errors carry the code in `x-amzn-ErrorType` and a `{"message": …}`
 //! body, which is what the SDK parses: `ValidationException` 400,
 //! `NotFoundException` 404, `ConflictException` 409 (a name taken, or a
-//! bucket that still has indexes). The SDK picks the typed error by the code,
-//! not the status.
+//! bucket that still has indexes), the statuses of the service model
+//! (botocore's `s3vectors`; it also gives `ServiceQuotaExceededException`
+//! 402, which the emulator never raises). The SDK picks the typed error by
+//! the code, not the status. The suite `s3vectors_emulator` checks the
+//! operations moto's s3vectors backend serves against it.
 //!
 //! ```no_run
 //! # async fn demo() {
