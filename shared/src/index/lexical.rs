@@ -33,6 +33,10 @@ use super::record::Record;
 pub const LEXICAL_MAX_BYTES: usize = 64 * 1024;
 /// Longer words are not terms (hashes, base64, minified code).
 pub const MAX_TERM_BYTES: usize = 64;
+/// The most query terms a keyword search scores: the rarest that some
+/// record holds (a whole pasted prompt can have thousands); the rest are
+/// neither scored nor counted in the score's bound.
+pub const MAX_QUERY_TERMS: usize = 64;
 /// BM25's term-frequency saturation.
 pub const K1: f64 = 1.2;
 /// BM25's length normalisation.

@@ -878,8 +878,16 @@ impl IndexSnapshot {
             })
             .sum();
         let average = total / self.live_count as f64;
+        // A long query (agents send whole prompts) keeps its rarest matching
+        // terms, which carry BM25's weight, so the work stays bounded;
+        // terms no record holds cost nothing and all count in the bound.
+        let stored = |t: &String| postings.iter().map(|p| p.rows(t).len()).sum::<usize>();
+        let mut matching: Vec<(usize, &String)> =
+            terms.iter().map(|t| (stored(t), t)).filter(|(n, _)| *n > 0).collect();
+        matching.sort_by_key(|(n, _)| *n);
+        let kept = matching.into_iter().take(lexical::MAX_QUERY_TERMS).map(|(_, t)| t);
         let mut bound = 0.0;
-        for term in terms {
+        for term in terms.iter().filter(|t| stored(t) == 0).chain(kept) {
             let df: usize = postings
                 .iter()
                 .zip(&self.live)

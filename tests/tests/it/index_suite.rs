@@ -46,6 +46,7 @@ skald_tests::on_both_stores!(worker_threads = 4;
     ordered_commits_never_go_back(shared),
     events_decay_with_age(shared),
     keyword_search_sees_only_live_records(shared),
+    a_long_keyword_query_keeps_its_rarest_terms(shared),
 );
 
 // ---------------------------------------------------------------- helpers
@@ -1088,4 +1089,39 @@ async fn keyword_search_sees_only_live_records(store: &SharedStore) {
     assert_eq!(keywords("lion pride").iter().map(|(u, _)| u.as_str()).collect::<Vec<_>>(), [c]);
     assert!(snapshot.lexical_memory_bytes() > 0, "built on first use");
     assert_eq!(snapshot.resident_bytes(), snapshot.memory_bytes() + snapshot.lexical_memory_bytes());
+}
+
+/// A query of more matching terms than a keyword search scores
+/// (`MAX_QUERY_TERMS`, as when an agent sends a whole prompt) keeps the
+/// rarest: the one record holding the rare word still comes first.
+async fn a_long_keyword_query_keeps_its_rarest_terms(store: &SharedStore) {
+    let common: Vec<String> = (0..100).map(|i| format!("common{i}")).collect();
+    let mut rows: Vec<(Record, Vec<f32>)> = (0..40)
+        .map(|i| {
+            (
+                with_words(record(&format!("viking://resources/long/{i}.md"), LEVEL_FILE), &common.join(" ")),
+                axis(i % DIM),
+            )
+        })
+        .collect();
+    let needle = "viking://resources/long/needle.md";
+    rows.push((with_words(record(needle, LEVEL_FILE), "needle"), axis(0)));
+    commit_ok(store, &segment(rows, &[])).await;
+    let snapshot = load(store).await;
+    let query = format!("{} needle", common.join(" "));
+    let terms = skald::index::lexical::query_terms(&query);
+    assert!(terms.len() > skald::index::lexical::MAX_QUERY_TERMS, "the query has more terms than are scored");
+    let none = Filter::default();
+    let params = SearchParams {
+        kind: SearchKind::Keywords,
+        terms: &terms,
+        vector: &[],
+        filter: &none,
+        limit: 3,
+        score_threshold: None,
+        decay: None,
+    };
+    let hits = snapshot.search(&params);
+    assert_eq!(hits.first().map(|h| h.record.uri.as_str()), Some(needle), "the rare word is kept and wins");
+    assert!(hits.iter().all(|h| h.score > 0.0 && h.score <= 1.0));
 }
