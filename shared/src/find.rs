@@ -318,7 +318,7 @@ pub async fn embed_queries(app: &App, kind: SearchKind, queries: &[&str]) -> Res
 
 /// Runs a find for `identity`, with "now" given (Unix seconds).
 ///
-/// Cost: one query embedding; one manifest HEAD (plus new segments when
+/// Cost: one query embedding (none for keyword search); one manifest HEAD (plus new segments when
 /// the index changed); one scan; with `read_content`, one read per hit,
 /// [`READ_CONTENT_CONCURRENCY`] at a time.
 ///
@@ -381,7 +381,8 @@ pub async fn find_over(
     let mut provenance: Vec<Provenance> = Vec::new();
     if !snapshot.is_empty() {
         for (query, vector) in queries.iter().zip(vectors) {
-            let terms = lexical::query_terms(query);
+            let terms =
+                if params.search_kind == SearchKind::Semantic { Vec::new() } else { lexical::query_terms(query) };
             let found = snapshot.search(&SearchParams {
                 kind: params.search_kind,
                 vector,
