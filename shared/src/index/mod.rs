@@ -578,6 +578,9 @@ pub struct IndexSnapshot {
     live_count: usize,
     deleted: Deleted,
     memory_bytes: usize,
+    /// The live records' average length in keyword terms, counted on the
+    /// first keyword or hybrid search (BM25's length normalisation).
+    average_terms: std::sync::OnceLock<f64>,
 }
 
 #[derive(PartialEq)]
@@ -665,7 +668,16 @@ impl IndexSnapshot {
         let (live, live_count, deleted) = liveness(&segments);
         let memory_bytes = segments.iter().map(|(key, seg)| key.len() + seg.memory_bytes()).sum::<usize>()
             + live.iter().map(Vec::len).sum::<usize>();
-        Ok(Self { etag: Some(etag), manifest: Some(manifest), segments, live, live_count, deleted, memory_bytes })
+        Ok(Self {
+            etag: Some(etag),
+            manifest: Some(manifest),
+            segments,
+            live,
+            live_count,
+            deleted,
+            memory_bytes,
+            average_terms: std::sync::OnceLock::new(),
+        })
     }
 
     /// The version of the newest entry the index holds for `(uri, level)`:
@@ -870,24 +882,27 @@ impl IndexSnapshot {
             return scores;
         }
         let postings: Vec<&lexical::Postings> = self.segments.iter().map(|(_, seg)| seg.postings()).collect();
-        let total: f64 = postings
-            .iter()
-            .zip(&self.live)
-            .map(|(p, live)| {
-                live.iter().enumerate().filter(|(_, l)| **l).map(|(row, _)| f64::from(p.length(row))).sum::<f64>()
-            })
-            .sum();
-        let average = total / self.live_count as f64;
+        let average = *self.average_terms.get_or_init(|| {
+            let total: f64 = postings
+                .iter()
+                .zip(&self.live)
+                .map(|(p, live)| {
+                    live.iter().enumerate().filter(|(_, l)| **l).map(|(row, _)| f64::from(p.length(row))).sum::<f64>()
+                })
+                .sum();
+            total / self.live_count as f64
+        });
         // A long query (agents send whole prompts) keeps its rarest matching
         // terms, which carry BM25's weight, so the work stays bounded;
         // terms no record holds cost nothing and all count in the bound.
-        let stored = |t: &String| postings.iter().map(|p| p.rows(t).len()).sum::<usize>();
-        let mut matching: Vec<(usize, &String)> =
-            terms.iter().map(|t| (stored(t), t)).filter(|(n, _)| *n > 0).collect();
+        let (mut matching, unheld): (Vec<_>, Vec<_>) = terms
+            .iter()
+            .map(|t| (postings.iter().map(|p| p.rows(t).len()).sum::<usize>(), t))
+            .partition(|(n, _)| *n > 0);
         matching.sort_by_key(|(n, _)| *n);
-        let kept = matching.into_iter().take(lexical::MAX_QUERY_TERMS).map(|(_, t)| t);
+        let kept = matching.into_iter().take(lexical::MAX_QUERY_TERMS);
         let mut bound = 0.0;
-        for term in terms.iter().filter(|t| stored(t) == 0).chain(kept) {
+        for (_, term) in unheld.into_iter().chain(kept) {
             let df: usize = postings
                 .iter()
                 .zip(&self.live)
