@@ -1,11 +1,19 @@
 """Translates infra/template.yaml with AWS SAM's own translator (the
-`samtranslator` package cfn-lint depends on) in both identity modes and
-checks what the deployed API and roles would be:
+`samtranslator` package cfn-lint depends on) in both identity modes, with
+and without the S3 Vectors bucket, and checks what the deployed API and
+roles would be:
 
 - jwt: every route but GET /health is behind the JWT authorizer;
   api_key: no route has an authorizer and no authorizer is defined;
 - no function's environment holds an API key, and the functions that call
-  a model are the ones given the model access policy.
+  a model are the ones given the model access policy;
+- the vector bucket (skald-vectors-<the stack id's UUID>) exists only with
+  VectorBucket=Enabled; every function gets SKALD_INDEX_BACKEND and
+  SKALD_VECTOR_BUCKET (the bucket's name, else empty); each function's
+  s3vectors actions are exactly its list below, on the accounts' index
+  ARNs (.../bucket/<name>/index/skald-*) only, and none without the bucket;
+- the template's Rules refuse IndexBackend=s3vectors without the bucket
+  (and jwt mode without an issuer), and accept the deployments above.
 
     python3 tests/template_check.py [TEMPLATE]  # "template: N checks passed"
 
@@ -15,6 +23,7 @@ samtranslator is not installed. tests/tests/it/template.rs runs it.
 
 import copy
 import os
+import re
 import sys
 
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
@@ -27,6 +36,34 @@ except ImportError:
 
 TEMPLATE = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "infra", "template.yaml")
 MODEL_FUNCTIONS = {"SearchContextFunction", "RecallPresetFunction", "SessionsFunction", "McpFunction"}
+# Each function's S3 Vectors actions with the bucket enabled. A reader's
+# query filters on metadata and returns it, which S3 Vectors allows only
+# with GetVectors besides QueryVectors; the indexer also writes, deletes,
+# and looks up and creates an account's index. Sessions never reads one.
+VECTOR_READ = {"s3vectors:QueryVectors", "s3vectors:GetVectors"}
+VECTOR_ACTIONS = {
+    "FindFunction": VECTOR_READ,
+    "SearchContextFunction": VECTOR_READ,
+    "RecallPresetFunction": VECTOR_READ,
+    "BootstrapFunction": VECTOR_READ,
+    "ContentFunction": VECTOR_READ,
+    "McpFunction": VECTOR_READ,
+    "IndexerFunction": VECTOR_READ
+    | {"s3vectors:PutVectors", "s3vectors:DeleteVectors", "s3vectors:GetIndex", "s3vectors:CreateIndex"},
+    "SessionsFunction": set(),
+}
+# Pseudo parameters to render names and ARNs with.
+STACK_UUID = "0a1b2c3d-4e5f-6789-abcd-ef0123456789"
+PSEUDO = {
+    "AWS::StackId": f"arn:aws:cloudformation:us-east-1:123456789012:stack/skald/{STACK_UUID}",
+    "AWS::StackName": "skald",
+    "AWS::Partition": "aws",
+    "AWS::Region": "us-east-1",
+    "AWS::AccountId": "123456789012",
+    "AWS::URLSuffix": "amazonaws.com",
+}
+VECTOR_BUCKET = f"skald-vectors-{STACK_UUID}"
+INDEX_ARNS = f"arn:aws:s3vectors:us-east-1:123456789012:bucket/{VECTOR_BUCKET}/index/skald-*"
 
 
 class NoManagedPolicies:
@@ -51,6 +88,93 @@ def resolve(value, conditions):
     return value
 
 
+def parameter_values(template, given):
+    """The parameters' values: the given ones, else their defaults (a
+    CommaDelimitedList as a list)."""
+    values = {}
+    for name, spec in template.get("Parameters", {}).items():
+        value = given.get(name, spec.get("Default", ""))
+        if spec.get("Type") == "CommaDelimitedList" and isinstance(value, str):
+            value = value.split(",")
+        values[name] = value
+    return values
+
+
+def evaluate(value, template, values):
+    """Evaluates a condition or rule expression: Fn::Equals, And, Or, Not,
+    Contains, Condition, and Ref to a parameter or pseudo parameter."""
+    if isinstance(value, dict):
+        ((fn, arg),) = value.items()
+        if fn == "Ref":
+            return values[arg] if arg in values else PSEUDO[arg]
+        if fn == "Condition":
+            return evaluate(template["Conditions"][arg], template, values)
+        args = [evaluate(a, template, values) for a in (arg if isinstance(arg, list) else [arg])]
+        if fn == "Fn::Equals":
+            return args[0] == args[1]
+        if fn == "Fn::And":
+            return all(args)
+        if fn == "Fn::Or":
+            return any(args)
+        if fn == "Fn::Not":
+            return not args[0]
+        if fn == "Fn::Contains":
+            return args[1] in args[0]
+        raise ValueError(f"cannot evaluate {fn}")
+    if isinstance(value, list):
+        return [evaluate(v, template, values) for v in value]
+    return value
+
+
+def failing_rules(template, values):
+    """The names of the Rules whose assertions fail with these values."""
+    failing = []
+    for name, rule in template.get("Rules", {}).items():
+        if "RuleCondition" in rule and not evaluate(rule["RuleCondition"], template, values):
+            continue
+        if not all(evaluate(a["Assert"], template, values) for a in rule["Assertions"]):
+            failing.append(name)
+    return failing
+
+
+def render(value, values):
+    """A resolved value as the deployed string: Fn::Sub (both forms),
+    Fn::Select, Fn::Split and Ref to a parameter or pseudo parameter."""
+    if isinstance(value, str):
+        return value
+    ((fn, arg),) = value.items()
+    if fn == "Ref":
+        return values[arg] if arg in values else PSEUDO[arg]
+    if fn == "Fn::Split":
+        return render(arg[1], values).split(arg[0])
+    if fn == "Fn::Select":
+        return render(arg[1], values)[int(arg[0])]
+    if fn == "Fn::Sub":
+        text, variables = (arg, {}) if isinstance(arg, str) else arg
+        names = dict(values, **PSEUDO, **{k: render(v, values) for k, v in variables.items()})
+        return re.sub(r"\$\{([^}!]+)\}", lambda m: str(names[m.group(1)]), text)
+    raise ValueError(f"cannot render {fn}")
+
+
+def as_list(value):
+    return value if isinstance(value, list) else [value]
+
+
+def statements(document):
+    return as_list(document.get("Statement", []))
+
+
+def vector_statements(role, resources):
+    """The statements of a function's role, inline and in the attached
+    managed policies of this template, that grant any s3vectors action."""
+    properties = role.get("Properties", {})
+    found = [st for policy in properties.get("Policies", []) for st in statements(policy["PolicyDocument"])]
+    for arn in properties.get("ManagedPolicyArns", []):
+        if isinstance(arn, dict) and set(arn) == {"Ref"} and arn["Ref"] in resources:
+            found += statements(resources[arn["Ref"]]["Properties"]["PolicyDocument"])
+    return [st for st in found if any(a.lower().startswith("s3vectors:") for a in as_list(st.get("Action", [])))]
+
+
 def translate(parameters):
     template = yaml_parse(open(TEMPLATE).read())
     for resource in template["Resources"].values():
@@ -70,18 +194,61 @@ def main():
         if not ok:
             failures.append(message)
 
-    for mode, parameters, uses_jwt in [
-        ("jwt", {"IdentityMode": "jwt", "JwtIssuer": "https://issuer.example", "JwtAudience": "client"}, True),
-        ("api_key", {"IdentityMode": "api_key"}, False),
+    jwt = {"IdentityMode": "jwt", "JwtIssuer": "https://issuer.example", "JwtAudience": "client"}
+    vectors = {"VectorBucket": "Enabled"}
+    source = yaml_parse(open(TEMPLATE).read())
+
+    # The Rules CloudFormation checks before it deploys anything (the
+    # translator passes them through unevaluated).
+    for mode, parameters, want in [
+        ("jwt", jwt, []),
+        ("api_key", {"IdentityMode": "api_key"}, []),
+        ("api_key+vectors", dict(IdentityMode="api_key", **vectors), []),
+        ("jwt+vectors+s3vectors", dict(jwt, IndexBackend="s3vectors", **vectors), []),
+        ("api_key+s3vectors", {"IdentityMode": "api_key", "IndexBackend": "s3vectors"}, ["S3VectorsBackendNeedsTheVectorBucket"]),
+        ("jwt without issuer", {"IdentityMode": "jwt", "JwtAudience": "client"}, ["JwtModeNeedsIssuerAndAudience"]),
     ]:
+        got = failing_rules(source, parameter_values(source, parameters))
+        check(got == want, f"{mode}: failing rules {got}, expected {want}")
+
+    for mode, parameters in [
+        ("jwt", jwt),
+        ("api_key", {"IdentityMode": "api_key"}),
+        ("api_key+vectors", dict(IdentityMode="api_key", **vectors)),
+        ("jwt+vectors+s3vectors", dict(jwt, IndexBackend="s3vectors", **vectors)),
+    ]:
+        uses_jwt = parameters["IdentityMode"] == "jwt"
+        has_vectors = parameters.get("VectorBucket") == "Enabled"
         try:
             out = translate(parameters)
         except Exception as error:  # the translator's own validation errors
             failures.append(f"{mode}: the template does not translate: {error}")
             continue
-        conditions = {name: False for name in out.get("Conditions", {})}
-        conditions["UsesJwt"] = uses_jwt
-        resources = resolve(out["Resources"], conditions)
+        values = parameter_values(out, parameters)
+        conditions = {name: bool(evaluate(c, out, values)) for name, c in out.get("Conditions", {}).items()}
+        check(conditions.get("UsesJwt") == uses_jwt, f"{mode}: UsesJwt is {conditions.get('UsesJwt')}")
+        check(conditions.get("HasVectorBucket") == has_vectors, f"{mode}: HasVectorBucket is {conditions.get('HasVectorBucket')}")
+        # The resources (and outputs) this deployment would create.
+        resources = {
+            name: resource
+            for name, resource in resolve(out["Resources"], conditions).items()
+            if conditions.get(resource.get("Condition"), True)
+        }
+        outputs = {
+            name: output
+            for name, output in resolve(out.get("Outputs", {}), conditions).items()
+            if conditions.get(output.get("Condition"), True)
+        }
+        buckets = [r for r in resources.values() if r["Type"] == "AWS::S3Vectors::VectorBucket"]
+        check(len(buckets) == has_vectors, f"{mode}: {len(buckets)} vector buckets, expected {int(has_vectors)}")
+        for bucket in buckets:
+            name = render(bucket["Properties"].get("VectorBucketName", ""), values)
+            check(name == VECTOR_BUCKET, f"{mode}: the vector bucket is named {name!r}, expected {VECTOR_BUCKET!r}")
+        output = render(outputs["VectorBucketName"]["Value"], values) if "VectorBucketName" in outputs else None
+        want_output = VECTOR_BUCKET if has_vectors else None
+        check(output == want_output, f"{mode}: output VectorBucketName {output!r}, expected {want_output!r}")
+        functions = {name for name, r in resources.items() if r["Type"] == "AWS::Lambda::Function"}
+        check(functions == set(VECTOR_ACTIONS), f"{mode}: functions {sorted(functions)}, expected {sorted(VECTOR_ACTIONS)}")
         body = resources["HttpApi"]["Properties"]["Body"]
         schemes = body.get("components", {}).get("securitySchemes", {})
         check(("Jwt" in schemes) == uses_jwt, f"{mode}: JWT authorizer defined: {'Jwt' in schemes}")
@@ -98,6 +265,26 @@ def main():
             plain = [v for v in variables if v.endswith("_API_KEY")]
             check(not plain, f"{mode}: {name} has API keys in its environment: {plain}")
             check(variables.get("SKALD_IDENTITY_MODE") == {"Ref": "IdentityMode"}, f"{mode}: {name} lacks the mode")
+            check(variables.get("SKALD_INDEX_BACKEND") == {"Ref": "IndexBackend"}, f"{mode}: {name} lacks the index backend")
+            backend = render(variables.get("SKALD_INDEX_BACKEND", ""), values)
+            want_backend = parameters.get("IndexBackend", "segments")
+            check(backend == want_backend, f"{mode}: {name}'s SKALD_INDEX_BACKEND is {backend!r}, expected {want_backend!r}")
+            check("SKALD_VECTOR_BUCKET" in variables, f"{mode}: {name} lacks SKALD_VECTOR_BUCKET")
+            bucket = render(variables.get("SKALD_VECTOR_BUCKET", ""), values)
+            want_bucket = VECTOR_BUCKET if has_vectors else ""
+            check(bucket == want_bucket, f"{mode}: {name}'s SKALD_VECTOR_BUCKET is {bucket!r}, expected {want_bucket!r}")
+            role = resources.get(f"{name}Role", {})
+            # Every action of a statement that grants an s3vectors one: such
+            # a statement holds s3vectors actions only.
+            granted = vector_statements(role, resources)
+            actions = {a for st in granted for a in as_list(st.get("Action", []))}
+            want_actions = VECTOR_ACTIONS.get(name, set()) if has_vectors else set()
+            check(actions == want_actions, f"{mode}: {name}'s s3vectors statements grant {sorted(actions)}, expected {sorted(want_actions)}")
+            for st in granted:
+                scope = [render(r, values) for r in as_list(st.get("Resource", []))]
+                check(st.get("Effect") == "Allow" and not st.get("NotAction") and not st.get("NotResource"),
+                      f"{mode}: {name} has an s3vectors statement other than a plain Allow: {st}")
+                check(scope == [INDEX_ARNS], f"{mode}: {name}'s s3vectors actions are on {scope}, expected [{INDEX_ARNS!r}]")
             conditions_on = dict(conditions, NeedsModelAccess=True)
             arns = resolve(out["Resources"].get(f"{name}Role", {}), conditions_on).get("Properties", {})
             has_policy = {"Ref": "ModelAccessPolicy"} in arns.get("ManagedPolicyArns", [])

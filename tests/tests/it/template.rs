@@ -1,9 +1,17 @@
 //! `infra/template.yaml` through AWS SAM's own translator
-//! (`tests/template_check.py`): it translates in both identity modes, every
-//! route but `GET /health` is behind the JWT authorizer in `jwt` mode and
-//! none is in `api_key` mode, no function holds an API key in its
-//! environment, and only the functions that call a model get the model
-//! access policy and the key secrets' ARNs.
+//! (`tests/template_check.py`): it translates in both identity modes, with
+//! and without the S3 Vectors bucket; every route but `GET /health` is
+//! behind the JWT authorizer in `jwt` mode and none is in `api_key` mode,
+//! no function holds an API key in its environment, and only the functions
+//! that call a model get the model access policy and the key secrets' ARNs.
+//! The vector bucket exists only with `VectorBucket=Enabled`; every
+//! function gets `SKALD_INDEX_BACKEND` and `SKALD_VECTOR_BUCKET` (the
+//! bucket's name, else empty); each function's `s3vectors` actions are
+//! exactly its own list (the readers `QueryVectors` and `GetVectors`, the
+//! indexer also `PutVectors`, `DeleteVectors`, `GetIndex` and
+//! `CreateIndex`, sessions none), on the accounts' indexes
+//! (`…/bucket/<name>/index/skald-*`) only; and the template's rules refuse
+//! `IndexBackend=s3vectors` without the bucket.
 //!
 //! The translator is the Python package `samtranslator` (installed with
 //! cfn-lint, which `scripts/test.sh` runs on the same template). Without it
@@ -13,7 +21,7 @@
 use std::process::Command;
 
 #[test]
-fn the_template_translates_with_the_routes_and_roles_each_identity_mode_needs() {
+fn the_template_translates_with_the_routes_and_roles_each_deployment_needs() {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/template_check.py");
     let output =
         Command::new("python3").arg(script).output().unwrap_or_else(|e| panic!("cannot run python3 {script}: {e}"));
