@@ -449,9 +449,16 @@ pub async fn ingest_demo(store: &SharedStore, embedder: &dyn Embedder) -> Durati
     let account = account();
     let started = Instant::now();
     let options = IngestOptions { abstract_max_bytes: 400, ..IngestOptions::default() };
-    ingest_dir(&repo().join("samplconfigs/demo"), store, &account, embedder, &options, &mut |_| {})
-        .await
-        .unwrap_or_else(|e| fail("ingest samplconfigs/demo", e));
+    ingest_dir(
+        &repo().join("samplconfigs/demo"),
+        &skald::index::Target::segments(store),
+        &account,
+        embedder,
+        &options,
+        &mut |_| {},
+    )
+    .await
+    .unwrap_or_else(|e| fail("ingest samplconfigs/demo", e));
     started.elapsed()
 }
 

@@ -2,7 +2,8 @@
 //! laid out as the `viking://` tree into a store (a directory or `s3://`),
 //! and queries the index as `find` would; converts the embedded embedder's
 //! model (`skald model convert`); creates, lists and revokes API keys
-//! (`skald keys`).
+//! (`skald keys`); shows and moves an account's index between the segment
+//! and S3 Vectors backends (`skald index status`, `skald index migrate`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -60,6 +61,11 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         limit: usize,
     },
+    /// The account's index: where it lives, and moving it between backends.
+    Index {
+        #[command(subcommand)]
+        command: IndexCommand,
+    },
     /// Manage API keys (the store's key table, for `identity.mode: "api_key"`).
     Keys {
         #[command(subcommand)]
@@ -69,6 +75,22 @@ enum Command {
     Model {
         #[command(subcommand)]
         command: ModelCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum IndexCommand {
+    /// Print where the account's index lives (backend, embedder, generation) as JSON.
+    Status,
+    /// Copy the account's index to another backend (no re-embedding) and switch it once the copy is complete.
+    Migrate {
+        /// The backend to move to: s3vectors (index.s3vectors.bucket must be set) or segments.
+        #[arg(long, value_parser = ["s3vectors", "segments"])]
+        to: String,
+        /// Seconds to wait after the switch before deleting the old backend's data
+        /// (requests that read the index just before the switch still find it).
+        #[arg(long, default_value_t = 30)]
+        grace_seconds: u64,
     },
 }
 
@@ -148,6 +170,7 @@ async fn main() -> Result<()> {
             }
             Ok(())
         }
+        Command::Index { command } => run_index(&app, &account, &command).await,
         Command::Model { .. } | Command::Keys { .. } => Ok(()),
     }
 }
@@ -179,6 +202,52 @@ async fn run_keys(store: &SharedStore, account: &AccountId, command: &KeysComman
                 anyhow::bail!("no key with id {id}");
             }
             println!("revoked key {id}");
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::print_stdout)]
+async fn run_index(app: &App, account: &AccountId, command: &IndexCommand) -> Result<()> {
+    match command {
+        IndexCommand::Status => {
+            let manifest = skald::index::read_manifest(&app.store, account).await.context("reading the manifest")?;
+            let status = match manifest {
+                None => serde_json::json!({"account": account.as_str(), "backend": null}),
+                Some((m, _)) => serde_json::json!({
+                    "account": account.as_str(),
+                    "backend": if m.vectors.is_some() { "s3vectors" } else { "segments" },
+                    "embedder": m.embedder,
+                    "generation": m.generation,
+                    "segments": m.segments.len(),
+                    "records_in_segments": m.segments.iter().map(|s| s.records).sum::<usize>(),
+                    "vectors": m.vectors,
+                }),
+            };
+            println!("{}", serde_json::to_string_pretty(&status)?);
+        }
+        IndexCommand::Migrate { to, grace_seconds } => {
+            let to = skald::index::Backend::parse(to).ok_or_else(|| anyhow::anyhow!("unknown backend {to:?}"))?;
+            if to == skald::index::Backend::S3vectors && app.config.index.s3vectors.bucket.is_none() {
+                anyhow::bail!("--to s3vectors needs index.s3vectors.bucket (SKALD_VECTOR_BUCKET)");
+            }
+            let bar = ProgressBar::new_spinner();
+            let mut progress = |copied: usize| bar.set_message(format!("{copied} records copied"));
+            let grace = std::time::Duration::from_secs(*grace_seconds);
+            let done = skald::index::account::migrate(&app.index_target(), account, to, grace, &mut progress)
+                .await
+                .with_context(|| format!("migrating account {account} to {}", to.as_str()))?;
+            bar.finish_and_clear();
+            if done.already {
+                eprintln!("account {account}'s index is already on {}", to.as_str());
+            } else {
+                eprintln!(
+                    "account {account}'s index moved to {}: {} records in {} pass(es)",
+                    to.as_str(),
+                    done.records,
+                    done.passes
+                );
+            }
         }
     }
     Ok(())
@@ -226,7 +295,7 @@ async fn ingest(app: &App, account: &AccountId, dir: &std::path::Path, prune: bo
         IngestEvent::Skipped(what, why) => bar.println(format!("skipped {what}: {why}")),
         IngestEvent::Removed(uri) => bar.println(format!("removed {uri}")),
     };
-    let report = ingest_dir(dir, &app.store, account, app.embedder.as_ref(), &options, &mut on_event)
+    let report = ingest_dir(dir, &app.index_target(), account, app.embedder.as_ref(), &options, &mut on_event)
         .await
         .with_context(|| format!("ingesting {}", dir.display()))?;
     bar.finish_and_clear();

@@ -44,6 +44,11 @@ pub struct App {
     pub index: IndexCache,
     /// The API key table as this process has read it (`api_key` mode).
     pub keys: KeyTable,
+    /// The Amazon S3 Vectors bucket (`index.s3vectors`), its client built
+    /// on first use: the accounts whose index is there, and new accounts
+    /// when `index.backend` is `s3vectors`.
+    #[cfg(feature = "s3")]
+    pub vectors: crate::index::s3vectors::VectorBucket,
     /// The chat models of the LLM stages, built on first use.
     #[cfg(feature = "llm")]
     pub models: crate::llm::Models,
@@ -76,6 +81,16 @@ impl App {
         let revalidate = Duration::from_millis(config.index.revalidate_after_ms);
         let index = IndexCache::new(Arc::clone(&store), revalidate, config.index.cache_max_bytes);
         let keys = KeyTable::new(Arc::clone(&store), Duration::from_millis(config.identity.key_revalidate_ms));
+        #[cfg(feature = "s3")]
+        let vectors = {
+            let v = &config.index.s3vectors;
+            crate::index::s3vectors::VectorBucket::new(
+                v.bucket.as_deref().unwrap_or_default(),
+                &v.index_prefix,
+                v.region.as_deref().or(config.s3.region.as_deref()),
+                v.endpoint_url.as_deref(),
+            )
+        };
         #[cfg(feature = "llm")]
         let models = crate::llm::Models::new(config.llm.clone(), config.query_planner.clone());
         Self {
@@ -84,9 +99,35 @@ impl App {
             embedder,
             index,
             keys,
+            #[cfg(feature = "s3")]
+            vectors,
             #[cfg(feature = "llm")]
             models,
         }
+    }
+
+    /// Where this process's commits go ([`crate::index::Target`]): the
+    /// store, the vector bucket, and the backend new accounts start on.
+    #[must_use]
+    pub fn index_target(&self) -> crate::index::Target<'_> {
+        crate::index::Target {
+            store: &self.store,
+            #[cfg(feature = "s3")]
+            vectors: Some(&self.vectors),
+            #[cfg(not(feature = "s3"))]
+            vectors: None,
+            new_accounts: self.config.index.backend,
+            write_rate: self.config.index.s3vectors.write_rate,
+        }
+    }
+
+    /// The vector bucket's client, when this build has one.
+    #[must_use]
+    pub fn vector_bucket(&self) -> Option<&crate::index::account::VectorBucket> {
+        #[cfg(feature = "s3")]
+        return Some(&self.vectors);
+        #[cfg(not(feature = "s3"))]
+        return None;
     }
 
     /// The embedder as the index records it.

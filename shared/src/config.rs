@@ -285,6 +285,40 @@ pub struct IndexConfig {
     /// their next request. Default 201326592 (192 MiB, for a 512 MB
     /// function that also maps the 82 MB USE-m3 model).
     pub cache_max_bytes: usize,
+    /// The backend a new account's index starts on: `segments` (segment
+    /// objects in the store, loaded whole and searched exactly) or
+    /// `s3vectors` (one Amazon S3 Vectors index per account, in
+    /// `s3vectors.bucket`, which it needs). Default `segments`. An existing
+    /// account stays where its manifest says until `skald index migrate`
+    /// moves it. `SKALD_INDEX_BACKEND` overrides it.
+    pub backend: crate::index::Backend,
+    /// The Amazon S3 Vectors settings.
+    pub s3vectors: S3VectorsConfig,
+}
+
+/// Where accounts' S3 Vectors indexes live.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct S3VectorsConfig {
+    /// The vector bucket new accounts' indexes are created in (and
+    /// migrations copy to). Default: none. `SKALD_VECTOR_BUCKET` sets it.
+    pub bucket: Option<String>,
+    /// Index names start with this (then the account): default `skald-`.
+    pub index_prefix: String,
+    /// An endpoint instead of AWS's (a local emulator). Default: none.
+    /// `SKALD_S3VECTORS_ENDPOINT` sets it.
+    pub endpoint_url: Option<String>,
+    /// Region. Default: the environment's, else `us-east-1`.
+    pub region: Option<String>,
+    /// The most vectors a second written to one index (the service allows
+    /// 2,500). Default 2500.
+    pub write_rate: f64,
+}
+
+impl Default for S3VectorsConfig {
+    fn default() -> Self {
+        Self { bucket: None, index_prefix: "skald-".into(), endpoint_url: None, region: None, write_rate: 2500.0 }
+    }
 }
 
 /// [`IndexConfig::cache_max_bytes`]'s default.
@@ -297,6 +331,8 @@ impl Default for IndexConfig {
             embed_max_bytes: 2000,
             revalidate_after_ms: 0,
             cache_max_bytes: DEFAULT_CACHE_MAX_BYTES,
+            backend: crate::index::Backend::Segments,
+            s3vectors: S3VectorsConfig::default(),
         }
     }
 }
@@ -568,7 +604,30 @@ impl Config {
             profile.validate(name).map_err(|message| ConfigError::Invalid { path: origin.to_owned(), message })?;
         }
         config.base_dir = base_dir.to_path_buf();
+        config.check_index().map_err(|e| match e {
+            ConfigError::Invalid { message, .. } => ConfigError::Invalid { path: origin.to_owned(), message },
+            other => other,
+        })?;
         Ok(config)
+    }
+
+    /// Checks the index settings: `s3vectors` needs a vector bucket, and
+    /// the write rate must be positive.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the key.
+    pub fn check_index(&self) -> Result<(), ConfigError> {
+        let v = &self.index.s3vectors;
+        let message = if self.index.backend == crate::index::Backend::S3vectors
+            && v.bucket.as_deref().is_none_or(str::is_empty)
+        {
+            Some("index.backend s3vectors needs index.s3vectors.bucket (SKALD_VECTOR_BUCKET)".to_owned())
+        } else if !(v.write_rate.is_finite() && v.write_rate > 0.0) {
+            Some(format!("index.s3vectors.write_rate must be a positive number, not {}", v.write_rate))
+        } else {
+            None
+        };
+        message.map_or(Ok(()), |message| Err(ConfigError::Invalid { path: "configuration".into(), message }))
     }
 
     /// Reads a configuration file.
@@ -625,6 +684,25 @@ impl Config {
         {
             config.identity.jwt_default_account = Some(account);
         }
+        if let Ok(backend) = std::env::var("SKALD_INDEX_BACKEND")
+            && !backend.is_empty()
+        {
+            config.index.backend = crate::index::Backend::parse(&backend).ok_or_else(|| ConfigError::Invalid {
+                path: "environment".into(),
+                message: format!("SKALD_INDEX_BACKEND must be segments or s3vectors, not {backend:?}"),
+            })?;
+        }
+        if let Ok(bucket) = std::env::var("SKALD_VECTOR_BUCKET")
+            && !bucket.is_empty()
+        {
+            config.index.s3vectors.bucket = Some(bucket);
+        }
+        if let Ok(endpoint) = std::env::var("SKALD_S3VECTORS_ENDPOINT")
+            && !endpoint.is_empty()
+        {
+            config.index.s3vectors.endpoint_url = Some(endpoint);
+        }
+        config.check_index()?;
         if let Ok(origins) = std::env::var("SKALD_MCP_ALLOWED_ORIGINS") {
             let listed = origins.split(',').map(str::trim).filter(|o| !o.is_empty()).map(str::to_owned);
             config.mcp.allowed_origins.extend(listed);

@@ -9,10 +9,12 @@
 //! and reports that it was cut. Abstracts come from the index records, so a
 //! listing costs no read per entry.
 
+use std::collections::HashMap;
+
 use crate::identity::Identity;
 use crate::index::extract;
 use crate::index::record::{ContextType, LEVEL_ABSTRACT, LEVEL_FILE, classify};
-use crate::index::{IndexError, IndexSnapshot};
+use crate::index::{AccountIndex, IndexError, Record};
 use crate::store::{SharedStore, StoreError};
 use crate::uri::{VikingUri, tree_key};
 
@@ -311,12 +313,14 @@ impl<'a> Content<'a> {
 
     /// The entries below the directory `uri` that the caller may see
     /// (at the account root: `agent`, `resources`, `user`; in `viking://user`
-    /// only the caller's own directory), with abstracts from `index`.
+    /// only the caller's own directory), with abstracts from `index`
+    /// (`None`: no abstracts).
     ///
     /// Cost: one LIST (with a delimiter) per directory listed — one for a
     /// flat listing, at most one per directory entry up to
     /// [`RECURSIVE_DEPTH`] levels for a recursive one, [`LIST_CONCURRENCY`]
-    /// at a time — and no read per entry.
+    /// at a time — and no read per entry; one index lookup per level (a
+    /// scan of the loaded segments, or a `GetVectors` per 100 entries).
     ///
     /// # Errors
     /// Forbidden; [`ContentError::NotDirectory`] for a file;
@@ -325,7 +329,7 @@ impl<'a> Content<'a> {
         &self,
         uri: &VikingUri,
         options: &ListOptions,
-        index: &IndexSnapshot,
+        index: Option<&AccountIndex>,
     ) -> Result<Listing, ContentError> {
         use futures_util::{StreamExt as _, stream};
 
@@ -344,8 +348,20 @@ impl<'a> Content<'a> {
                 .collect()
                 .await;
             let mut next = Vec::new();
+            let listed: Vec<(VikingUri, String, Children)> =
+                listed.into_iter().map(|(dir, rel, found)| found.map(|f| (dir, rel, f))).collect::<Result<_, _>>()?;
+            let records: HashMap<(VikingUri, u8), Record> = match index {
+                Some(index) => {
+                    let nodes: Vec<(VikingUri, u8)> = listed
+                        .iter()
+                        .flat_map(|(_, _, found)| &found.children)
+                        .map(|c| (c.uri.clone(), if c.is_dir { LEVEL_ABSTRACT } else { LEVEL_FILE }))
+                        .collect();
+                    index.lookup(&nodes).await?.into_iter().map(|r| ((r.uri.clone(), r.level), r)).collect()
+                }
+                None => HashMap::new(),
+            };
             for (dir, rel, found) in listed {
-                let found = found?;
                 listing.truncated |= found.truncated;
                 if depth == 0 && found.empty && !dir.path().is_empty() {
                     return Err(match self.store.head(&self.key(&dir)).await {
@@ -362,7 +378,7 @@ impl<'a> Content<'a> {
                         break;
                     }
                     let rel_path = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
-                    let (abstract_text, updated_at) = entry_abstract(index, &child, is_dir, options.abs_limit);
+                    let (abstract_text, updated_at) = entry_abstract(&records, &child, is_dir, options.abs_limit);
                     bytes += child.as_str().len() + rel_path.len() + abstract_text.len() + 64;
                     if bytes > MAX_LIST_BYTES {
                         listing.truncated = true;
@@ -472,8 +488,13 @@ impl Content<'_> {
 /// An entry's abstract and update time from the index: a file's own
 /// record, a directory's level-0 record (else the reference's placeholder).
 /// Cut to `abs_limit` characters as the reference (`…[:abs_limit-3]+"..."`).
-fn entry_abstract(index: &IndexSnapshot, uri: &VikingUri, is_dir: bool, abs_limit: usize) -> (String, Option<i64>) {
-    let record = index.get(uri, if is_dir { LEVEL_ABSTRACT } else { LEVEL_FILE });
+fn entry_abstract(
+    records: &HashMap<(VikingUri, u8), Record>,
+    uri: &VikingUri,
+    is_dir: bool,
+    abs_limit: usize,
+) -> (String, Option<i64>) {
+    let record = records.get(&(uri.clone(), if is_dir { LEVEL_ABSTRACT } else { LEVEL_FILE }));
     let text = match record {
         Some(r) => r.abstract_text.clone(),
         None if is_dir => format!("# {uri} [Directory abstract is not ready]"),

@@ -3,8 +3,6 @@
 //! The result ([`FindResult`]) serialises to the reference's list-mode
 //! shape (`FindResult` in `infra/openapi.json`).
 
-use std::sync::Arc;
-
 use futures_util::{StreamExt as _, stream};
 use serde::Serialize;
 
@@ -12,11 +10,12 @@ use crate::app::App;
 use crate::content::{Lines, MAX_READ_BYTES, slice_lines};
 use crate::embed::EmbedError;
 use crate::identity::{Identity, PeerId};
+use crate::index::account::IndexStats;
 use crate::index::filter::{FilterExpr, TimeField, TimeRange};
 use crate::index::record::LEVEL_FILE;
 use crate::index::{
-    ContextType, EmbedderInfo, EventDecay, Filter, Hit, IndexError, IndexSnapshot, Level, SearchKind, SearchParams,
-    lexical,
+    AccountIndex, ContextType, EmbedderInfo, EventDecay, Exclusion, Filter, Hit, IndexError, Level, SearchKind,
+    SearchParams, lexical,
 };
 use crate::store::StoreError;
 use crate::uri::{VikingUri, tree_key};
@@ -84,6 +83,9 @@ pub struct FindResult {
     /// without it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub provenance: Option<Vec<Provenance>>,
+    /// How the searches went on an S3 Vectors index (absent on segments).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<IndexStats>,
 }
 
 /// One hit, as the reference's list-mode item.
@@ -117,7 +119,7 @@ impl FindItem {
     /// The item of `hit` (no `content`).
     #[must_use]
     pub fn from_hit(hit: &Hit<'_>) -> Self {
-        let r = hit.record;
+        let r = &hit.record;
         let (origin_score, time_score) = match (hit.origin_score, hit.time_score) {
             (Some(origin), Some(time)) => (Some(origin), Some(time)),
             _ => (None, None),
@@ -316,6 +318,26 @@ pub async fn embed_queries(app: &App, kind: SearchKind, queries: &[&str]) -> Res
     if kind.needs_vector() { app.embedder.embed(queries).await } else { Ok(vec![Vec::new(); queries.len()]) }
 }
 
+/// The query embeddings `index` needs: `vectors` as [`embed_queries`]
+/// computed them, and for a keyword search on S3 Vectors (whose queries
+/// all need a vector: the records nearest it among those holding a query
+/// term are the candidates) the embeddings it skipped.
+///
+/// # Errors
+/// When the embedder fails.
+pub async fn vectors_for(
+    app: &App,
+    index: &AccountIndex,
+    queries: &[&str],
+    vectors: Vec<Vec<f32>>,
+) -> Result<Vec<Vec<f32>>, EmbedError> {
+    if matches!(index, AccountIndex::Vectors { .. }) && vectors.iter().any(Vec::is_empty) && !queries.is_empty() {
+        app.embedder.embed(queries).await
+    } else {
+        Ok(vectors)
+    }
+}
+
 /// Runs a find for `identity`, with "now" given (Unix seconds).
 ///
 /// Cost: one query embedding (none for keyword search); one manifest HEAD (plus new segments when
@@ -352,51 +374,68 @@ pub async fn find_queries(
 ) -> Result<FindResult, RetrievalError> {
     // The index revalidation (a store round trip) and the query embedding
     // (CPU) overlap.
-    let (snapshot, vectors) =
-        tokio::join!(checked_snapshot(app, identity), embed_queries(app, params.search_kind, queries));
-    let snapshot = snapshot?;
-    Ok(find_over(app, identity, params, queries, &snapshot, &vectors?, now).await)
+    let (index, vectors) = tokio::join!(checked_index(app, identity), embed_queries(app, params.search_kind, queries));
+    let index = index?;
+    let vectors = vectors_for(app, &index, queries, vectors?).await?;
+    find_over(app, identity, params, queries, &index, &vectors, now).await
 }
 
-/// [`find_queries`] over a snapshot the caller already took with
-/// [`checked_snapshot`] and the queries' embeddings (one per query, in
+/// [`find_queries`] over an index the caller already opened with
+/// [`checked_index`] and the queries' embeddings (one per query, in
 /// order) it already computed, so both could overlap other work.
 ///
-/// Cost: one scan per query; with `read_content`, one read per hit (a
+/// Cost: one search per query (a scan on segments, a `QueryVectors` or
+/// two on S3 Vectors); with `read_content`, one read per hit (a
 /// body that cannot be read is empty; each is cut at [`MAX_READ_BYTES`]
 /// with a closing `[truncated: …]` line, and once the bodies read add up
 /// to more than a response may carry, `limits.max_response_bytes`, no
 /// more are read and the hits after them are left out).
+///
+/// # Errors
+/// [`RetrievalError::Index`] when an S3 Vectors query fails.
 pub async fn find_over(
     app: &App,
     identity: &Identity,
     params: &FindParams,
     queries: &[&str],
-    snapshot: &IndexSnapshot,
+    index: &AccountIndex,
     vectors: &[Vec<f32>],
     now: i64,
-) -> FindResult {
+) -> Result<FindResult, RetrievalError> {
     let filter = build_filter(identity, params);
     let mut hits: Vec<Hit<'_>> = Vec::new();
     let mut provenance: Vec<Provenance> = Vec::new();
-    if !snapshot.is_empty() {
-        for (query, vector) in queries.iter().zip(vectors) {
-            let terms =
-                if params.search_kind == SearchKind::Semantic { Vec::new() } else { lexical::query_terms(query) };
-            let found = snapshot.search(&SearchParams {
+    let mut stats = IndexStats::of(index);
+    if !index.is_empty() {
+        let terms: Vec<Vec<String>> = queries
+            .iter()
+            .map(|q| if params.search_kind == SearchKind::Semantic { Vec::new() } else { lexical::query_terms(q) })
+            .collect();
+        let decay = params.decay_window_s.map(|window_s| EventDecay { now, window_s, field: params.time_field });
+        let requests: Vec<SearchParams<'_>> = vectors
+            .iter()
+            .zip(&terms)
+            .map(|(vector, terms)| SearchParams {
                 kind: params.search_kind,
                 vector,
-                terms: &terms,
+                terms,
                 filter: &filter,
                 limit: params.limit,
                 score_threshold: params.score_threshold,
-                decay: params.decay_window_s.map(|window_s| EventDecay { now, window_s, field: params.time_field }),
-            });
-            if params.include_provenance {
-                provenance.push(provenance_of(query, &filter.targets, &found));
+                decay,
+            })
+            .collect();
+        let searched = Box::pin(index.search(&requests, &Exclusion::default())).await?;
+        for (query, found) in queries.iter().zip(searched) {
+            if let Some(stats) = &mut stats {
+                stats.add(&found);
             }
-            for hit in found {
-                match hits.iter_mut().find(|h| std::ptr::eq(h.record, hit.record)) {
+            if params.include_provenance {
+                provenance.push(provenance_of(query, &filter.targets, &found.hits));
+            }
+            for hit in found.hits {
+                let same = |h: &&mut Hit<'_>| h.record.uri == hit.record.uri && h.record.level == hit.record.level;
+                match hits.iter_mut().find(same) {
                     Some(kept) if hit.score > kept.score => *kept = hit,
                     Some(_) => {}
                     None => hits.push(hit),
@@ -433,13 +472,13 @@ pub async fn find_over(
     let total = hits.len();
     let [memories, resources, skills] = buckets;
     let provenance = params.include_provenance.then(|| {
-        if snapshot.is_empty() {
+        if index.is_empty() {
             queries.iter().map(|q| provenance_of(q, &filter.targets, &[])).collect()
         } else {
             provenance
         }
     });
-    FindResult { memories, resources, skills, total, provenance }
+    Ok(FindResult { memories, resources, skills, total, provenance, index: stats })
 }
 
 /// One query's provenance entry.
@@ -461,25 +500,28 @@ fn provenance_of(query: &str, targets: &[VikingUri], found: &[Hit<'_>]) -> Prove
     }
 }
 
-/// The caller's account index, warm when possible, checked to be built by
+/// The caller's account index — its loaded segments, warm when possible,
+/// or its S3 Vectors index, as the manifest says — checked to be built by
 /// the configured embedder.
 ///
-/// Cost: one manifest HEAD (plus new segments when the index changed).
+/// Cost: one manifest HEAD (plus new segments when the index changed; the
+/// manifest alone for an index in S3 Vectors).
 ///
 /// # Errors
 /// When the store fails ([`RetrievalError::Index`]) or the index was built
 /// by another embedder ([`RetrievalError::EmbedderMismatch`]).
-pub async fn checked_snapshot(app: &App, identity: &Identity) -> Result<Arc<IndexSnapshot>, RetrievalError> {
+pub async fn checked_index(app: &App, identity: &Identity) -> Result<AccountIndex, RetrievalError> {
     let snapshot = app.index.snapshot(&identity.account).await?;
+    let index = AccountIndex::open(&identity.account, snapshot, app.vector_bucket())?;
     let configured = app.embedder_info();
-    if let Some(built) = snapshot.embedder().filter(|b| **b != configured) {
+    if let Some(built) = index.embedder().filter(|b| **b != configured) {
         return Err(RetrievalError::EmbedderMismatch {
             account: identity.account.to_string(),
             built: built.clone(),
             configured,
         });
     }
-    Ok(snapshot)
+    Ok(index)
 }
 
 /// The bodies of `hits`, in order, each cut like a `content/read` (at

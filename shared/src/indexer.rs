@@ -25,7 +25,7 @@ use futures_util::{StreamExt as _, TryStreamExt as _, stream};
 use crate::app::App;
 use crate::identity::AccountId;
 use crate::index::record::{LEVEL_ABSTRACT, LEVEL_FILE, LEVEL_OVERVIEW, classify, supersedes};
-use crate::index::{IndexSnapshot, Record, Tombstone};
+use crate::index::{AccountIndex, IndexSnapshot, Record, Tombstone};
 use crate::ingest::{
     ABSTRACT_SIDECAR, Batch, IngestError, IngestOptions, OVERVIEW_SIDECAR, Pending, Times, commit_batch,
     directory_records, file_record,
@@ -260,6 +260,16 @@ async fn apply_account(
     let (snapshot, sources) = tokio::join!(app.index.fresh_snapshot(account), read_nodes(&app.store, account, &nodes));
     let (snapshot, sources) = (snapshot?, sources?);
     snapshot.ensure_embedder(account, &info)?;
+    // What the index holds of these nodes: the loaded segments, or the
+    // nodes' records read back from S3 Vectors.
+    let keys: Vec<(VikingUri, u8)> = nodes
+        .keys()
+        .flat_map(|node| match node {
+            Node::File(uri) => vec![(uri.clone(), LEVEL_FILE)],
+            Node::Dir(uri) => vec![(uri.clone(), LEVEL_ABSTRACT), (uri.clone(), LEVEL_OVERVIEW)],
+        })
+        .collect();
+    let snapshot = AccountIndex::open(account, snapshot, app.vector_bucket())?.basis(&keys).await?;
     let mut report = IndexerReport::default();
     let mut pending: Vec<Pending> = Vec::new();
     let mut tombstones: Vec<Tombstone> = Vec::new();
@@ -276,7 +286,7 @@ async fn apply_account(
         bumps.extend(step.bumps);
     }
     let batch = Batch { pending, tombstones, bumps };
-    commit_batch(&app.store, account, app.embedder.as_ref(), &info, batch, Some(&snapshot)).await?;
+    commit_batch(&app.index_target(), account, app.embedder.as_ref(), &info, batch, Some(&snapshot)).await?;
     Ok(report)
 }
 

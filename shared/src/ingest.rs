@@ -5,8 +5,9 @@
 //! Record building ([`file_record`], [`directory_records`]) is pure and is
 //! shared with the S3-event indexer.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use sha2::Digest as _;
@@ -19,8 +20,10 @@ use crate::index::extract::{
 };
 use crate::index::lexical::encode_counts;
 use crate::index::record::{LEVEL_ABSTRACT, LEVEL_FILE, LEVEL_OVERVIEW, classify};
-use crate::index::{self, ContextType, EmbedderInfo, IndexError, IndexSnapshot, Record, Segment, Tombstone};
-use crate::store::{PutMode, SharedStore, StoreError};
+use crate::index::{
+    self, AccountIndex, ContextType, EmbedderInfo, IndexError, IndexSnapshot, Record, Segment, Target, Tombstone,
+};
+use crate::store::{PutMode, StoreError};
 use crate::tokens::estimate_escaped_tokens;
 use crate::uri::{VikingUri, tree_key};
 
@@ -334,15 +337,21 @@ fn file_times(path: &Path) -> Times {
 /// batches committed before the error stay committed.
 pub async fn ingest_dir(
     source: &Path,
-    store: &SharedStore,
+    target: &Target<'_>,
     account: &AccountId,
     embedder: &dyn Embedder,
     options: &IngestOptions,
     on_event: &mut (dyn FnMut(IngestEvent) + Send),
 ) -> Result<IngestReport, IngestError> {
     let info = EmbedderInfo { id: embedder.id().to_owned(), dimension: embedder.dimension() };
-    let snapshot = IndexSnapshot::load(store, account, None).await?;
+    let store = target.store;
+    let snapshot = Arc::new(IndexSnapshot::load(store, account, None).await?);
     snapshot.ensure_embedder(account, &info)?;
+    // What the index holds now, wherever it lives.
+    let index = AccountIndex::open(account, snapshot, target.vectors)?;
+    let known: HashMap<(VikingUri, u8), Record> =
+        index.all_records().await?.into_iter().map(|r| ((r.uri.clone(), r.level), r)).collect();
+    drop(index);
     let mut skipped = Vec::new();
     let nodes = walk(source, &mut skipped)?;
     let mut report = IngestReport { skipped: skipped.len(), ..IngestReport::default() };
@@ -379,9 +388,9 @@ pub async fn ingest_dir(
             }
         };
         seen.extend(pendings.iter().map(|p| (p.record.uri.clone(), p.record.level)));
-        let changed = pendings
-            .iter()
-            .any(|p| snapshot.get(&p.record.uri, p.record.level).is_none_or(|r| r.source_hash != p.record.source_hash));
+        let changed = pendings.iter().any(|p| {
+            known.get(&(p.record.uri.clone(), p.record.level)).is_none_or(|r| r.source_hash != p.record.source_hash)
+        });
         if !changed {
             report.unchanged += 1;
             on_event(IngestEvent::Unchanged(uri.to_string()));
@@ -395,13 +404,13 @@ pub async fn ingest_dir(
         batch.extend(pendings);
         if batch.len() >= options.batch.max(1) {
             let pending = std::mem::take(&mut batch);
-            commit_batch(store, account, embedder, &info, Batch { pending, ..Batch::default() }, None).await?;
+            commit_batch(target, account, embedder, &info, Batch { pending, ..Batch::default() }, None).await?;
         }
     }
     let mut tombstones = Vec::new();
     if options.prune {
-        let gone: Vec<Record> =
-            snapshot.records().map(|(r, _)| r).filter(|r| !seen.contains(&(r.uri.clone(), r.level))).cloned().collect();
+        let mut gone: Vec<Record> = known.into_values().filter(|r| !seen.contains(&(r.uri.clone(), r.level))).collect();
+        gone.sort_by(|a, b| (a.uri.as_str(), a.level).cmp(&(b.uri.as_str(), b.level)));
         for record in gone {
             let key = if record.level == LEVEL_FILE {
                 Some(tree_key(account, &record.uri))
@@ -417,7 +426,7 @@ pub async fn ingest_dir(
             tombstones.push(Tombstone { uri: record.uri, level: record.level, source_version: None });
         }
     }
-    commit_batch(store, account, embedder, &info, Batch { pending: batch, tombstones, ..Batch::default() }, None)
+    commit_batch(target, account, embedder, &info, Batch { pending: batch, tombstones, ..Batch::default() }, None)
         .await?;
     Ok(report)
 }
@@ -435,14 +444,15 @@ pub(crate) struct Batch {
 }
 
 /// Embeds `batch`'s pending records and commits everything in it as one
-/// segment (nothing when it is empty) — against `basis`, the snapshot it
+/// segment (nothing when it is empty) to wherever the account's index
+/// lives ([`index::account::commit`]) — against `basis`, the snapshot it
 /// was computed from, when given, so that no versioned node goes back to
-/// an older version ([`index::commit_ordered`]).
+/// an older version.
 ///
 /// # Errors
 /// Embedder, store or index failures.
 pub(crate) async fn commit_batch(
-    store: &SharedStore,
+    target: &Target<'_>,
     account: &AccountId,
     embedder: &dyn Embedder,
     info: &EmbedderInfo,
@@ -460,16 +470,9 @@ pub(crate) async fn commit_batch(
         segment.records.push(record);
         segment.vectors.extend(vector);
     }
-    match basis {
-        Some(basis) => {
-            let (_, dropped) = index::commit_ordered(store, account, info, segment, basis).await?;
-            if dropped > 0 {
-                tracing::info!(account = %account, dropped, "changes older than the index were not committed");
-            }
-        }
-        None => {
-            index::commit(store, account, info, &segment).await?;
-        }
+    let committed = index::account::commit(target, account, info, segment, basis).await?;
+    if committed.dropped > 0 {
+        tracing::info!(account = %account, dropped = committed.dropped, "changes older than the index were not committed");
     }
     Ok(())
 }

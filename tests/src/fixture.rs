@@ -26,6 +26,7 @@ use skald::config::{Config, IdentityConfig, IdentityMode};
 use skald::embed::Embedder;
 use skald::embed::hashed::HashedEmbedder;
 use skald::identity::AccountId;
+use skald::index::Backend;
 use skald::ingest::{IngestOptions, ingest_dir};
 use skald::store::SharedStore;
 use skald::store::local::LocalStore;
@@ -203,10 +204,58 @@ pub async fn app_with_config(files: &[(&str, &str)], edit: impl FnOnce(&mut Conf
     };
     edit(&mut config);
     let account = AccountId::new(ACCOUNT).expect("valid account id");
-    ingest_dir(dirs.source.path(), &store, &account, &*embedder, &IngestOptions::default(), &mut |_| {})
-        .await
-        .expect("ingest the fixture corpus");
-    (Arc::new(App::with_parts(config, store, embedder)), dirs)
+    let app = build_app(config, store, embedder);
+    ingest_dir(
+        dirs.source.path(),
+        &app.index_target(),
+        &account,
+        &*app.embedder,
+        &IngestOptions::default(),
+        &mut |_| {},
+    )
+    .await
+    .expect("ingest the fixture corpus");
+    (Arc::new(app), dirs)
+}
+
+/// The index backend the fixtures start accounts on:
+/// `SKALD_TEST_INDEX_BACKEND` (`segments`, the default, or `s3vectors`:
+/// each app gets a fresh vector bucket in the process's S3 Vectors
+/// emulator, [`crate::s3vectors::shared_endpoint`]).
+///
+/// # Panics
+/// When the variable names neither.
+#[must_use]
+pub fn test_backend() -> Backend {
+    match std::env::var("SKALD_TEST_INDEX_BACKEND") {
+        Ok(name) if !name.is_empty() => {
+            Backend::parse(&name).unwrap_or_else(|| panic!("SKALD_TEST_INDEX_BACKEND {name:?}: segments or s3vectors"))
+        }
+        _ => Backend::Segments,
+    }
+}
+
+/// An app over `store` and `embedder` whose new accounts start on
+/// [`test_backend`]: on `s3vectors`, with a fresh bucket of the emulator.
+#[must_use]
+pub fn build_app(config: Config, store: SharedStore, embedder: Arc<dyn Embedder>) -> App {
+    on_backend(config, store, embedder, test_backend())
+}
+
+/// An app whose new accounts start on `backend` (a fresh emulator bucket
+/// for `s3vectors`).
+#[must_use]
+pub fn on_backend(mut config: Config, store: SharedStore, embedder: Arc<dyn Embedder>, backend: Backend) -> App {
+    let vectors = (backend == Backend::S3vectors).then(crate::s3vectors::fresh_bucket);
+    if let Some(v) = &vectors {
+        config.index.backend = Backend::S3vectors;
+        config.index.s3vectors.bucket = Some(v.bucket().to_owned());
+    }
+    let mut app = App::with_parts(config, store, embedder);
+    if let Some(v) = vectors {
+        app.vectors = v;
+    }
+    app
 }
 
 /// A Lambda request to [`FIND_PATH`] with `method`, `headers` and `body`.
@@ -639,7 +688,7 @@ pub fn app_over_store(store: SharedStore) -> Arc<App> {
         ..Config::default()
     };
     let embedder: Arc<dyn Embedder> = Arc::new(HashedEmbedder::new(EMBED_DIMENSION));
-    Arc::new(App::with_parts(config, store, embedder))
+    Arc::new(build_app(config, store, embedder))
 }
 
 /// Sets the modification time of `path` under `root` to `unix_seconds`.
@@ -669,12 +718,12 @@ pub async fn app_with_corpus_in(
     for (path, t) in mtimes {
         set_mtime(source.path(), path, *t);
     }
-    let embedder = HashedEmbedder::new(EMBED_DIMENSION);
     let account = AccountId::new(ACCOUNT).expect("valid account id");
-    ingest_dir(source.path(), &store, &account, &embedder, &IngestOptions::default(), &mut |_| {})
+    let app = app_over_store(store);
+    ingest_dir(source.path(), &app.index_target(), &account, &*app.embedder, &IngestOptions::default(), &mut |_| {})
         .await
         .expect("ingest the corpus");
-    (app_over_store(store), source)
+    (app, source)
 }
 
 /// The store key of `viking://{path}` for account [`ACCOUNT`].

@@ -899,3 +899,67 @@ impl Filter {
         }
     }
 }
+
+/// The endpoint of a process-wide emulator, started on first use on a
+/// thread of its own (a test's runtime ends with the test; this one lives
+/// as long as the process). Tests sharing it keep apart by bucket.
+///
+/// # Panics
+/// When the emulator's thread or runtime cannot start.
+#[must_use]
+pub fn shared_endpoint() -> &'static str {
+    static ENDPOINT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ENDPOINT.get_or_init(|| {
+        let (sent, received) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("s3vectors-emulator".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .expect("the emulator's runtime");
+                runtime.block_on(async move {
+                    let emulator = start().await;
+                    sent.send(emulator.endpoint()).expect("hand over the endpoint");
+                    // Serve until the process exits.
+                    std::future::pending::<()>().await;
+                    drop(emulator);
+                });
+            })
+            .expect("the emulator's thread");
+        received.recv().expect("the emulator's endpoint")
+    })
+}
+
+/// A fresh, uniquely named vector bucket in the [`shared_endpoint`]
+/// emulator, as the library's [`skald::index::s3vectors::VectorBucket`]
+/// (accounts' indexes named `skald-…`). Synchronous: the bucket is
+/// created on a thread of its own, so it can be called anywhere.
+///
+/// # Panics
+/// When the bucket cannot be created.
+#[must_use]
+pub fn fresh_bucket() -> skald::index::s3vectors::VectorBucket {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("skald-test-{}-{n}", std::process::id());
+    let endpoint = shared_endpoint();
+    let bucket = name.clone();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        runtime.block_on(async {
+            let client = client(endpoint).await;
+            client.create_vector_bucket().vector_bucket_name(&bucket).send().await.expect("create a vector bucket");
+        });
+    })
+    .join()
+    .expect("the bucket's thread");
+    let config = aws_sdk_s3vectors::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(REGION))
+        .credentials_provider(Credentials::new("test", "test", None, None, "skald-tests"))
+        .endpoint_url(endpoint)
+        .build();
+    skald::index::s3vectors::VectorBucket::from_client(aws_sdk_s3vectors::Client::from_conf(config), &name, "skald-")
+}

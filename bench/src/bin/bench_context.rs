@@ -306,7 +306,7 @@ async fn phases(app: &App, identity: &Identity, body: &Value, out: &mut Phases) 
     let exclusion = Exclusion { subtrees: params.exclude.clone(), ..Exclusion::default() };
 
     let started = Instant::now();
-    let snapshot = skald::find::checked_snapshot(app, identity).await.unwrap_or_else(|e| fail("snapshot", e));
+    let index = skald::find::checked_index(app, identity).await.unwrap_or_else(|e| fail("index", e));
     out.head.push(started.elapsed());
 
     let started = Instant::now();
@@ -315,7 +315,8 @@ async fn phases(app: &App, identity: &Identity, body: &Value, out: &mut Phases) 
     out.embed.push(started.elapsed());
 
     let started = Instant::now();
-    let gathered = gather::gather(&snapshot, identity, params, &vectors, &exclusion);
+    let gathered =
+        gather::gather(&index, identity, params, &vectors, &exclusion).await.unwrap_or_else(|e| fail("gather", e));
     out.search.push(started.elapsed());
 
     let started = Instant::now();

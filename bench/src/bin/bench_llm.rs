@@ -1012,7 +1012,7 @@ async fn run(args: &Args) {
     if args.s3 {
         run_s3(args, &embedder, &server).await;
     } else {
-        run_local(args, &embedder, &server).await;
+        Box::pin(run_local(args, &embedder, &server)).await;
     }
 }
 

@@ -21,7 +21,6 @@ use super::payload::{Budget, encoded_len, fit_text, largest_fitting, text_len};
 use super::{Admitted, admit_method, error_response, json_response, ok, within_deadline};
 use crate::app::App;
 use crate::content::{Content, Entry, Lines, ListOptions, MAX_NODE_LIMIT, MAX_READ_BYTES, slice_lines};
-use crate::index::IndexSnapshot;
 use crate::uri::VikingUri;
 
 /// The version `GET /health` reports.
@@ -185,12 +184,9 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
                 };
             }
             // Abstracts come from the index; other shapes need none.
-            let index = if agent && !simple {
-                crate::find::checked_snapshot(app, &admitted.identity).await?
-            } else {
-                std::sync::Arc::new(IndexSnapshot::default())
-            };
-            let listing = content.list(&uri, &options, &index).await?;
+            let index =
+                if agent && !simple { Some(crate::find::checked_index(app, &admitted.identity).await?) } else { None };
+            let listing = content.list(&uri, &options, index.as_ref()).await?;
             let mut entries: Vec<Value> = listing
                 .entries
                 .iter()

@@ -192,6 +192,9 @@ impl From<IndexError> for ApiError {
             IndexError::Contention(_) => Self::dependency("the index is busy; retry", e),
             IndexError::SegmentMissing { .. } => Self::dependency("the index is being rewritten; retry", e),
             IndexError::Corrupt(_) => Self::dependency("the index data is unreadable", e),
+            IndexError::Vectors { .. } => Self::dependency("the vector index is unavailable; retry", e),
+            IndexError::VectorsUnavailable(_) => Self::Unavailable(e.to_string()),
+            IndexError::Moved(_) => Self::dependency("the index is being migrated; retry", e),
         }
     }
 }

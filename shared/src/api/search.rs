@@ -130,6 +130,7 @@ impl SearchRequest {
         BootstrapParams {
             max_tokens: self.assemble.max_tokens,
             since,
+            now,
             session_id: self.session_id,
             manifest: Manifest::default(),
         }

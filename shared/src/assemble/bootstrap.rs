@@ -29,7 +29,9 @@ use super::{Entry, Named, TierCounts};
 use crate::app::App;
 use crate::find::RetrievalError;
 use crate::identity::Identity;
-use crate::index::{Category, IndexSnapshot, Record};
+use crate::index::account::IndexStats;
+use crate::index::filter::{Field, FilterExpr, TimeField};
+use crate::index::{AccountIndex, Category, Filter, IndexError, Record};
 use crate::store::StoreError;
 use crate::tokens::{estimate_escaped_tokens, estimate_tokens, truncate_to_escaped_tokens};
 use crate::uri::{VikingUri, tree_key};
@@ -119,6 +121,8 @@ pub struct BootstrapParams {
     pub max_tokens: usize,
     /// `working_state`'s window start, Unix seconds.
     pub since: i64,
+    /// "Now", Unix seconds (where an S3 Vectors index's time windows end).
+    pub now: i64,
     /// The session, for `continuity`.
     pub session_id: Option<crate::sessions::SessionId>,
     /// The manifest.
@@ -167,6 +171,9 @@ pub struct BootstrapStats {
     pub bytes_read: u64,
     /// Reads made.
     pub reads: usize,
+    /// How the listings went on an S3 Vectors index (absent on segments).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<IndexStats>,
 }
 
 /// The bootstrap block and its accounting.
@@ -195,11 +202,18 @@ fn candidate(record: &Record, category: Category) -> Candidate {
     Candidate::from_record(record, 1.0, 1.0, Origin::Own, category)
 }
 
-fn owned_file(identity: &Identity, record: &Record) -> bool {
+/// The files an identity owns: its own tree but its peers', and the
+/// shared roots.
+fn owned_files(identity: &Identity) -> Filter {
     let own = identity.user_root();
-    record.level == crate::index::record::LEVEL_FILE
-        && (record.uri.is_under(&own) || crate::identity::SHARED_ROOTS.iter().any(|r| record.uri.is_under(&uri_of(r))))
-        && !record.uri.is_under(&own.join("peers").expect("constant"))
+    let mut targets = vec![own.clone()];
+    targets.extend(crate::identity::SHARED_ROOTS.iter().map(|r| uri_of(r)));
+    Filter {
+        targets,
+        not_under: vec![own.join("peers").expect("constant")],
+        levels: vec![crate::index::record::LEVEL_FILE],
+        ..Filter::default()
+    }
 }
 
 fn is_profile(identity: &Identity, uri: &VikingUri) -> bool {
@@ -207,27 +221,35 @@ fn is_profile(identity: &Identity, uri: &VikingUri) -> bool {
 }
 
 /// The working-state candidates: the newest events since `since`, newest
-/// first (ties by URI).
-fn working_state(snapshot: &IndexSnapshot, identity: &Identity, since: i64, max: usize) -> Vec<Candidate> {
-    let mut events: Vec<&Record> = snapshot
-        .records()
-        .map(|(r, _)| r)
-        .filter(|r| owned_file(identity, r) && r.category == Category::Events && r.created_at >= since)
-        .collect();
-    events.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| a.uri.cmp(&b.uri)));
-    events.into_iter().take(max).map(|r| candidate(r, Category::Events)).collect()
+/// first (ties by URI); and whether the list may be incomplete.
+async fn working_state(
+    index: &AccountIndex,
+    identity: &Identity,
+    params: &BootstrapParams,
+) -> Result<(Vec<Candidate>, bool), IndexError> {
+    let mut filter = owned_files(identity);
+    filter.expr = Some(FilterExpr::Must(Field::Category, vec![Category::Events.as_str().to_owned()]));
+    let max = params.manifest.working_state_max;
+    let (events, incomplete) = index.newest(&filter, TimeField::CreatedAt, params.since, max, params.now).await?;
+    Ok((events.iter().map(|r| candidate(r, Category::Events)).collect(), incomplete))
 }
 
 /// The listing candidates: files other than the profile and the working
-/// state's events, newest updated first, at their abstracts.
-fn listing(snapshot: &IndexSnapshot, identity: &Identity, skip: &[VikingUri], max: usize) -> Vec<Candidate> {
-    let mut files: Vec<&Record> = snapshot
-        .records()
-        .map(|(r, _)| r)
-        .filter(|r| owned_file(identity, r) && !is_profile(identity, &r.uri) && !skip.contains(&r.uri))
-        .collect();
-    files.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.uri.cmp(&b.uri)));
-    files.into_iter().take(max).map(|r| candidate(r, r.category)).collect()
+/// state's events, newest updated first, at their abstracts; and whether
+/// the list may be incomplete.
+async fn listing(
+    index: &AccountIndex,
+    identity: &Identity,
+    skip: &[VikingUri],
+    params: &BootstrapParams,
+) -> Result<(Vec<Candidate>, bool), IndexError> {
+    let filter = owned_files(identity);
+    let max = params.manifest.listing_max;
+    // Room for the records left out below.
+    let (files, incomplete) =
+        index.newest(&filter, TimeField::UpdatedAt, i64::MIN, max + skip.len() + 1, params.now).await?;
+    let files = files.iter().filter(|r| !is_profile(identity, &r.uri) && !skip.contains(&r.uri)).take(max);
+    Ok((files.map(|r| candidate(r, r.category)).collect(), incomplete))
 }
 
 /// An entry whose text is known (not planned from the index): shown whole
@@ -305,12 +327,12 @@ pub async fn bootstrap(
     identity: &Identity,
     params: &BootstrapParams,
 ) -> Result<Bootstrapped, RetrievalError> {
-    let snapshot = crate::find::checked_snapshot(app, identity).await?;
+    let index = crate::find::checked_index(app, identity).await?;
     let mut entries: Vec<Entry> = Vec::new();
     let mut slots_stats = Named::default();
     let mut carry = 0usize;
     let (mut reads, mut bytes_read, mut dropped) = (0usize, 0u64, 0usize);
-    let working = working_state(&snapshot, identity, params.since, params.manifest.working_state_max);
+    let (working, mut incomplete) = working_state(&index, identity, params).await?;
     for (slot, share) in &params.manifest.slots {
         // This slot's share plus what earlier slots left; a separator from
         // the previous slot's entries costs one token.
@@ -355,7 +377,9 @@ pub async fn bootstrap(
                     working.clone()
                 } else {
                     let skip: Vec<VikingUri> = working.iter().map(|c| c.uri.clone()).collect();
-                    listing(&snapshot, identity, &skip, params.manifest.listing_max)
+                    let (listed, cut) = listing(&index, identity, &skip, params).await?;
+                    incomplete |= cut;
+                    listed
                 };
                 let detail = if *slot == Slot::Listing { Detail::Pin(Tier::Abstract) } else { Detail::Auto };
                 let planned = plan(
@@ -398,6 +422,7 @@ pub async fn bootstrap(
         instructions: InstructionsStats { version: INSTRUCTIONS_VERSION, content_hash: instructions_hash() },
         bytes_read,
         reads,
+        index: IndexStats::of(&index).map(|stats| IndexStats { searches: 2, incomplete, ..stats }),
     };
     Ok(Bootstrapped { entries, rendered, stats })
 }

@@ -1,7 +1,8 @@
-//! Candidate providers over a loaded index: flat (one cross-domain search
-//! per query, merged by URI) and bucketed (one search per quota bucket over
-//! its own subtree). Pure: the snapshot is in memory and the query vectors
-//! are given. Other peers' memories (`peer_scope = all`) are searched
+//! Candidate providers over an account's index: flat (one cross-domain
+//! search per query, merged by URI) and bucketed (one search per quota
+//! bucket over its own subtree). The query vectors are given; the searches
+//! go out together (in memory on segments, concurrent queries on S3
+//! Vectors). Other peers' memories (`peer_scope = all`) are searched
 //! separately, over-fetched and penalised; `profile.md` never appears.
 
 use std::collections::BTreeMap;
@@ -11,9 +12,12 @@ use super::candidate::{Candidate, Origin};
 use super::params::{AssembleParams, OTHER_PEER_OVERFETCH, PeerScope};
 use super::{Named, Origins};
 use crate::identity::Identity;
+use crate::index::account::IndexStats;
 use crate::index::filter::FilterExpr;
 use crate::index::lexical::query_terms;
-use crate::index::{Category, ContextType, Exclusion, Filter, IndexSnapshot, Record, SearchKind, SearchParams};
+use crate::index::{
+    AccountIndex, Category, ContextType, Exclusion, Filter, IndexError, Record, SearchKind, SearchParams, Searched,
+};
 use crate::uri::VikingUri;
 
 /// What the providers found.
@@ -25,6 +29,8 @@ pub struct Gathered {
     pub searched: Named<usize>,
     /// Hits left out by `exclude_uris` or the ledger.
     pub excluded: usize,
+    /// How the searches went on an S3 Vectors index (`None` on segments).
+    pub index: Option<IndexStats>,
 }
 
 impl Gathered {
@@ -132,26 +138,20 @@ fn is_profile(record: &Record) -> bool {
     record.context_type == ContextType::Memory && record.uri.file_name() == Some("profile.md")
 }
 
-/// The searches of one request: the snapshot, the caller, the parameters,
-/// the query vectors and the exclusions, and how many hits were excluded.
+/// The searches of one request: the caller, the parameters, the query
+/// vectors and their terms.
 struct Searcher<'a> {
-    snapshot: &'a IndexSnapshot,
     identity: &'a Identity,
     params: &'a AssembleParams,
     vectors: &'a [Vec<f32>],
     /// Each query's keyword terms, in the order of `vectors`.
     terms: &'a [Vec<String>],
-    exclusion: &'a Exclusion,
-    excluded: usize,
 }
 
 impl Searcher<'_> {
-    /// Searches `scope` with every query vector and merges hits by URI
-    /// (best score), as candidates of category `bucket` (or their own).
-    fn search(&mut self, scope: &Scope, bucket: Option<Category>) -> Vec<Candidate> {
-        let (snapshot, identity, params, vectors, exclusion) =
-            (self.snapshot, self.identity, self.params, self.vectors, self.exclusion);
-        let no_terms: Vec<String> = Vec::new();
+    /// The filter `scope` searches with.
+    fn filter(&self, scope: &Scope) -> Filter {
+        let (identity, params) = (self.identity, self.params);
         let category_expr = scope
             .category
             .map(|c| FilterExpr::Must(crate::index::filter::Field::Category, vec![c.as_str().to_owned()]));
@@ -164,7 +164,7 @@ impl Searcher<'_> {
         let mut not_under = scope.not_under.clone();
         not_under.push(uri(&format!("{}/memories/profile.md", root(identity))));
         not_under.extend(actor_tree(identity).map(|a| uri(&format!("{a}/memories/profile.md"))));
-        let filter = Filter {
+        Filter {
             targets: scope.targets.clone(),
             not_under,
             context_types: scope.context_types.clone(),
@@ -172,42 +172,45 @@ impl Searcher<'_> {
             tags: params.tags.clone(),
             time: params.time,
             expr,
-        };
+        }
+    }
+
+    /// One search per query vector for `scope` under `filter`.
+    fn requests<'r>(&'r self, scope: &Scope, filter: &'r Filter) -> impl Iterator<Item = SearchParams<'r>> {
+        let no_terms: &'r [String] = &[];
+        let (params, want) = (self.params, scope.want);
+        self.vectors.iter().enumerate().map(move |(k, vector)| SearchParams {
+            kind: params.search_kind,
+            vector,
+            terms: self.terms.get(k).map_or(no_terms, Vec::as_slice),
+            filter,
+            // A directory has two records (abstract and overview) that
+            // merge into one candidate: fetch enough for `want` nodes.
+            limit: want.saturating_mul(2),
+            score_threshold: Some(params.score_threshold),
+            decay: None,
+        })
+    }
+
+    /// A scope's hits (one list per query vector) merged by URI (best
+    /// score), as candidates of category `bucket` (or their own).
+    fn candidates(&self, found: Vec<Searched<'_>>, bucket: Option<Category>) -> Vec<Candidate> {
+        let (identity, params) = (self.identity, self.params);
         let mut merged: BTreeMap<VikingUri, Candidate> = BTreeMap::new();
-        for (k, vector) in vectors.iter().enumerate() {
-            let (hits, left_out) = snapshot.search_excluding(
-                &SearchParams {
-                    kind: params.search_kind,
-                    vector,
-                    terms: self.terms.get(k).unwrap_or(&no_terms),
-                    filter: &filter,
-                    // A directory has two records (abstract and overview) that
-                    // merge into one candidate: fetch enough for `want` nodes.
-                    limit: scope.want.saturating_mul(2),
-                    score_threshold: Some(params.score_threshold),
-                    decay: None,
-                },
-                exclusion,
-            );
-            self.excluded += left_out;
-            for hit in hits.into_iter().filter(|h| !is_profile(h.record)) {
-                let origin = origin_of(identity, &hit.record.uri);
-                let category = bucket.unwrap_or(hit.record.category);
-                let penalty = if origin == Origin::OtherPeer {
-                    params.penalties.get(&category).copied().unwrap_or(0.0)
-                } else {
-                    0.0
-                };
-                let candidate = Candidate::from_record(hit.record, hit.score, hit.score - penalty, origin, category);
-                match merged.entry(candidate.uri.clone()) {
-                    Entry::Vacant(slot) => {
-                        slot.insert(candidate);
-                    }
-                    Entry::Occupied(mut slot) if slot.get().score < candidate.score => {
-                        slot.insert(candidate);
-                    }
-                    Entry::Occupied(_) => {}
+        for hit in found.into_iter().flat_map(|f| f.hits).filter(|h| !is_profile(&h.record)) {
+            let origin = origin_of(identity, &hit.record.uri);
+            let category = bucket.unwrap_or(hit.record.category);
+            let penalty =
+                if origin == Origin::OtherPeer { params.penalties.get(&category).copied().unwrap_or(0.0) } else { 0.0 };
+            let candidate = Candidate::from_record(&hit.record, hit.score, hit.score - penalty, origin, category);
+            match merged.entry(candidate.uri.clone()) {
+                Entry::Vacant(slot) => {
+                    slot.insert(candidate);
                 }
+                Entry::Occupied(mut slot) if slot.get().score < candidate.score => {
+                    slot.insert(candidate);
+                }
+                Entry::Occupied(_) => {}
             }
         }
         merged.into_values().collect()
@@ -242,29 +245,60 @@ fn merge(lists: Vec<Vec<Candidate>>) -> Vec<Candidate> {
 /// Gathers candidates for `params` (flat, or bucketed when quotas are set)
 /// with one query vector per planned query.
 ///
-/// Cost: one exact search per (scope × query).
-#[must_use]
-pub fn gather(
-    snapshot: &IndexSnapshot,
+/// Cost: one search per (scope × query), all sent at once
+/// ([`AccountIndex::search`]).
+///
+/// # Errors
+/// [`IndexError::Vectors`] when an S3 Vectors query fails.
+pub async fn gather(
+    index: &AccountIndex,
     identity: &Identity,
     params: &AssembleParams,
     vectors: &[Vec<f32>],
     exclusion: &Exclusion,
-) -> Gathered {
-    let mut out = Gathered::default();
+) -> Result<Gathered, IndexError> {
+    let mut out = Gathered { index: IndexStats::of(index), ..Gathered::default() };
     let peers = params.peer_scope == PeerScope::All;
     let terms: Vec<Vec<String>> = match params.search_kind {
         SearchKind::Semantic => Vec::new(),
         SearchKind::Keywords | SearchKind::Hybrid => params.queries.iter().map(|q| query_terms(q)).collect(),
     };
-    let mut searcher = Searcher { snapshot, identity, params, vectors, terms: &terms, exclusion, excluded: 0 };
+    let searcher = Searcher { identity, params, vectors, terms: &terms };
+    // Every scope, with its bucket and the group whose lists merge.
+    let mut scopes: Vec<(Scope, Option<Category>, usize)> = Vec::new();
     match &params.quotas {
         None => {
-            let mut lists = vec![searcher.search(&own_scope(identity, params.limit), None)];
+            scopes.push((own_scope(identity, params.limit), None, 0));
             if peers {
-                lists.push(searcher.search(&other_peers_scope(identity, None, params.limit), None));
+                scopes.push((other_peers_scope(identity, None, params.limit), None, 0));
             }
-            let mut all = merge(lists);
+        }
+        Some(quotas) => {
+            for (group, (&bucket, &quota)) in quotas.iter().filter(|(_, q)| **q > 0).enumerate() {
+                scopes.push((bucket_scope(identity, bucket, quota), Some(bucket), group));
+                let is_memory_bucket = !matches!(bucket, Category::Resources | Category::Skills);
+                if peers && is_memory_bucket {
+                    scopes.push((other_peers_scope(identity, Some(bucket), quota), Some(bucket), group));
+                }
+            }
+        }
+    }
+    let filters: Vec<Filter> = scopes.iter().map(|(scope, _, _)| searcher.filter(scope)).collect();
+    let requests: Vec<SearchParams<'_>> =
+        scopes.iter().zip(&filters).flat_map(|((scope, _, _), filter)| searcher.requests(scope, filter)).collect();
+    let mut searched = Box::pin(index.search(&requests, exclusion)).await?.into_iter();
+    let mut lists: Vec<(Option<Category>, usize, Vec<Candidate>)> = Vec::new();
+    for (_, bucket, group) in &scopes {
+        let found: Vec<Searched<'_>> = searched.by_ref().take(vectors.len()).collect();
+        out.excluded += found.iter().map(|f| f.excluded).sum::<usize>();
+        if let Some(stats) = &mut out.index {
+            found.iter().for_each(|f| stats.add(f));
+        }
+        lists.push((*bucket, *group, searcher.candidates(found, *bucket)));
+    }
+    match &params.quotas {
+        None => {
+            let mut all = merge(lists.into_iter().map(|(_, _, l)| l).collect());
             out.searched.0.push(("all", all.len()));
             sort(&mut all);
             all.truncate(params.limit);
@@ -272,13 +306,10 @@ pub fn gather(
         }
         Some(quotas) => {
             let mut buckets = Vec::new();
-            for (&bucket, &quota) in quotas.iter().filter(|(_, q)| **q > 0) {
-                let mut lists = vec![searcher.search(&bucket_scope(identity, bucket, quota), Some(bucket))];
-                let is_memory_bucket = !matches!(bucket, Category::Resources | Category::Skills);
-                if peers && is_memory_bucket {
-                    lists.push(searcher.search(&other_peers_scope(identity, Some(bucket), quota), Some(bucket)));
-                }
-                let mut found = merge(lists);
+            for (group, (&bucket, &quota)) in quotas.iter().filter(|(_, q)| **q > 0).enumerate() {
+                let group_lists: Vec<Vec<Candidate>> =
+                    lists.iter_mut().filter(|(_, g, _)| *g == group).map(|(_, _, l)| std::mem::take(l)).collect();
+                let mut found = merge(group_lists);
                 out.searched.0.push((bucket.as_str(), found.len()));
                 sort(&mut found);
                 found.truncate(quota);
@@ -289,6 +320,5 @@ pub fn gather(
             out.candidates = all;
         }
     }
-    out.excluded = searcher.excluded;
-    out
+    Ok(out)
 }

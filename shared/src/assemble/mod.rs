@@ -12,7 +12,7 @@ use crate::app::App;
 use crate::embed::EmbedError;
 use crate::find::RetrievalError;
 use crate::identity::Identity;
-use crate::index::{Category, Exclusion, IndexSnapshot};
+use crate::index::{AccountIndex, Category, Exclusion};
 use crate::tokens::estimate_tokens;
 
 pub mod bootstrap;
@@ -212,6 +212,9 @@ pub struct AssemblyStats {
     /// Reads that failed (at most 5; absent when none did).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub retrieval_errors: Vec<String>,
+    /// How the searches went on an S3 Vectors index (absent on segments).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<crate::index::account::IndexStats>,
 }
 
 /// The assembled block and its accounting.
@@ -267,33 +270,33 @@ pub async fn assemble(
     // The index revalidation (a store round trip) and the query embedding
     // (CPU) overlap.
     let texts: Vec<&str> = params.queries.iter().map(String::as_str).collect();
-    let (snapshot, vectors) = tokio::join!(
-        crate::find::checked_snapshot(app, identity),
+    let (index, vectors) = tokio::join!(
+        crate::find::checked_index(app, identity),
         crate::find::embed_queries(app, params.search_kind, &texts)
     );
-    let snapshot = snapshot?;
-    assemble_with(app, identity, params, exclusion, &snapshot, vectors).await
+    let index = index?;
+    assemble_with(app, identity, params, exclusion, &index, vectors).await
 }
 
-/// [`assemble`] over a snapshot the caller already took with
-/// [`crate::find::checked_snapshot`] and the queries' embeddings (one per
+/// [`assemble`] over an index the caller already opened with
+/// [`crate::find::checked_index`] and the queries' embeddings (one per
 /// `params.queries`, in order) it already computed — so that both could
 /// overlap other work (context mode sends them with the session read).
 ///
 /// Cost: as [`assemble`] without the revalidation and the embedding.
 ///
 /// # Errors
-/// None today (reads that fail are reported in `retrieval_errors`); the
-/// signature leaves room for a store failure.
+/// When an S3 Vectors query or the embedding a keyword search there needs
+/// fails (reads that fail are reported in `retrieval_errors`).
 pub async fn assemble_over(
     app: &App,
     identity: &Identity,
     params: &AssembleParams,
     exclusion: &Exclusion,
-    snapshot: &IndexSnapshot,
+    index: &AccountIndex,
     vectors: Vec<Vec<f32>>,
 ) -> Result<Assembled, RetrievalError> {
-    assemble_with(app, identity, params, exclusion, snapshot, Ok(vectors)).await
+    assemble_with(app, identity, params, exclusion, index, Ok(vectors)).await
 }
 
 async fn assemble_with(
@@ -301,13 +304,15 @@ async fn assemble_with(
     identity: &Identity,
     params: &AssembleParams,
     exclusion: &Exclusion,
-    snapshot: &IndexSnapshot,
+    index: &AccountIndex,
     vectors: Result<Vec<Vec<f32>>, EmbedError>,
 ) -> Result<Assembled, RetrievalError> {
-    let gathered = if snapshot.is_empty() || params.queries.is_empty() {
+    let gathered = if index.is_empty() || params.queries.is_empty() {
         gather::Gathered::default()
     } else {
-        gather::gather(snapshot, identity, params, &vectors?, exclusion)
+        let texts: Vec<&str> = params.queries.iter().map(String::as_str).collect();
+        let vectors = crate::find::vectors_for(app, index, &texts, vectors?).await?;
+        gather::gather(index, identity, params, &vectors, exclusion).await?
     };
     let candidates = &gathered.candidates;
     let planned = plan::plan(
@@ -355,6 +360,7 @@ async fn assemble_with(
         bytes_read: reads.bytes_read,
         reads: reads.reads,
         retrieval_errors: reads.errors,
+        index: gathered.index.clone(),
     };
     Ok(Assembled { entries, rendered, stats })
 }

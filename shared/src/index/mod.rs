@@ -22,11 +22,17 @@ use crate::identity::AccountId;
 use crate::store::{PutMode, SharedStore, StoreError, content_etag};
 use crate::uri::VikingUri;
 
+pub mod account;
 pub mod extract;
 pub mod filter;
 pub mod lexical;
 pub mod record;
+pub mod remote;
+#[cfg(feature = "s3")]
+pub mod s3vectors;
 pub mod segment;
+
+pub use account::{AccountIndex, Backend, Searched, Target, VectorsRef};
 
 pub use filter::Filter;
 pub use record::{Category, ContextType, Level, Record};
@@ -74,6 +80,24 @@ pub enum IndexError {
     /// Too many concurrent writers: the manifest kept changing.
     #[error("index manifest of account {0} kept changing; commit abandoned after retries")]
     Contention(String),
+    /// An Amazon S3 Vectors call failed (after the SDK's retries).
+    #[error("s3 vectors {operation} failed: {message}")]
+    Vectors {
+        /// The operation, e.g. `QueryVectors`.
+        operation: &'static str,
+        /// The service's error code, when it answered with one.
+        code: Option<String>,
+        /// What it said.
+        message: String,
+    },
+    /// The account's index is in S3 Vectors but this process cannot reach
+    /// it (a build without the feature `s3`).
+    #[error("index of account {0} is in s3 vectors, which this build cannot reach")]
+    VectorsUnavailable(String),
+    /// The account's index moved to the other backend while a write was
+    /// under way (internal: the write is tried again on the new backend).
+    #[error("index of account {0} moved to another backend during the write")]
+    Moved(String),
 }
 
 /// The embedder an index was built with.
@@ -115,6 +139,11 @@ pub struct Manifest {
     pub segments: Vec<SegmentRef>,
     /// Incremented by every commit.
     pub generation: u64,
+    /// Where the records live when not in `segments`: the account's Amazon
+    /// S3 Vectors index (`None`: in the segments). Set and cleared only by
+    /// a migration ([`account::migrate`]), by compare-and-swap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vectors: Option<VectorsRef>,
 }
 
 /// Store key of `account`'s manifest.
@@ -143,7 +172,12 @@ fn segment_key(account: &AccountId, body: &[u8]) -> String {
 /// `account`'s manifest and its etag (`None`: no index yet). A body that
 /// does not decode is read once more before it counts as corrupt (a
 /// response cut in transit decodes on the second read).
-async fn read_manifest(store: &SharedStore, account: &AccountId) -> Result<Option<(Manifest, String)>, IndexError> {
+///
+/// Cost: one GET (two when the first body does not decode).
+///
+/// # Errors
+/// Store errors; [`IndexError::Corrupt`] when it does not decode twice.
+pub async fn read_manifest(store: &SharedStore, account: &AccountId) -> Result<Option<(Manifest, String)>, IndexError> {
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -215,19 +249,32 @@ pub async fn commit(
     if let Some((manifest, _)) = &current {
         check_embedder(account, manifest, embedder)?;
     }
+    if current.as_ref().is_some_and(|(m, _)| m.vectors.is_some()) {
+        return Err(IndexError::Moved(account.to_string()));
+    }
     if segment.records.is_empty() && segment.tombstones.is_empty() {
         return Ok(current.map_or_else(|| empty_manifest(embedder), |(m, _)| m));
     }
     let seg_ref = write_segment(store, account, segment).await?;
     // The first attempt swaps against the manifest read above.
-    let (manifest, _) = swap_manifest(store, account, embedder, Some(current), |m| {
+    let (manifest, edit) = swap_manifest(store, account, embedder, Some(current), |m| {
         if m.segments.iter().any(|s| s.key == seg_ref.key) {
             return Edit::Landed;
+        }
+        if m.vectors.is_some() {
+            return Edit::Abandoned;
         }
         m.segments.push(seg_ref.clone());
         Edit::Write
     })
     .await?;
+    if edit == Edit::Abandoned {
+        // A migration moved the index to S3 Vectors first.
+        if let Err(e) = store.delete(&seg_ref.key).await {
+            tracing::debug!(key = seg_ref.key, error = %e, "an unreferenced segment was not deleted");
+        }
+        return Err(IndexError::Moved(account.to_string()));
+    }
     if manifest.segments.len() >= COMPACT_AT
         && let Err(e) = compact(store, account, embedder).await
     {
@@ -273,10 +320,12 @@ pub async fn commit_ordered(
         let expected: Vec<String> =
             current.manifest.iter().flat_map(|m| m.segments.iter().map(|s| s.key.clone())).collect();
         let seg_ref = write_segment(store, account, &segment).await?;
+        let mut moved = false;
         let (manifest, edit) = swap_manifest(store, account, embedder, None, |m| {
+            moved = m.vectors.is_some();
             if m.segments.iter().any(|s| s.key == seg_ref.key) {
                 Edit::Landed
-            } else if !m.segments.iter().map(|s| &s.key).eq(expected.iter()) {
+            } else if moved || !m.segments.iter().map(|s| &s.key).eq(expected.iter()) {
                 // Another writer committed since `current`: judge again.
                 Edit::Abandoned
             } else {
@@ -298,6 +347,10 @@ pub async fn commit_ordered(
         if let Err(e) = store.delete(&seg_ref.key).await {
             tracing::debug!(key = seg_ref.key, error = %e, "an unreferenced segment was not deleted");
         }
+        if moved {
+            // A migration moved the index to S3 Vectors first.
+            return Err(IndexError::Moved(account.to_string()));
+        }
         let loaded = IndexSnapshot::load(store, account, Some(current)).await?;
         dropped += segment.drop_superseded(&loaded);
         newer = Some(loaded);
@@ -306,12 +359,16 @@ pub async fn commit_ordered(
 }
 
 fn empty_manifest(embedder: &EmbedderInfo) -> Manifest {
-    Manifest { version: 1, embedder: embedder.clone(), segments: Vec::new(), generation: 0 }
+    Manifest { version: 1, embedder: embedder.clone(), segments: Vec::new(), generation: 0, vectors: None }
 }
 
 /// Encodes `segment` and writes it under a key of its own
 /// ([`put_segment`]); returns how a manifest lists it.
-async fn write_segment(store: &SharedStore, account: &AccountId, segment: &Segment) -> Result<SegmentRef, IndexError> {
+pub(crate) async fn write_segment(
+    store: &SharedStore,
+    account: &AccountId,
+    segment: &Segment,
+) -> Result<SegmentRef, IndexError> {
     let body = segment.encode()?;
     let key = segment_key(account, &body);
     let seg_ref = SegmentRef {
@@ -465,11 +522,12 @@ pub async fn compact(store: &SharedStore, account: &AccountId, embedder: &Embedd
     Ok(())
 }
 
-/// One search hit, borrowing its record from the snapshot.
+/// One search hit: its record borrowed from the loaded snapshot, or owned
+/// (read back from S3 Vectors).
 #[derive(Debug, Clone)]
 pub struct Hit<'a> {
     /// The record.
-    pub record: &'a Record,
+    pub record: std::borrow::Cow<'a, Record>,
     /// `(1 + cosine) / 2`, after any time decay.
     pub score: f64,
     /// The score before time decay, when decay applied.
@@ -599,6 +657,25 @@ impl Ord for Ranked {
 }
 
 impl IndexSnapshot {
+    /// A snapshot of `records` (all live, in one segment) with their
+    /// row-major `vectors` of `dimension`: the records a query read back
+    /// from S3 Vectors, searched exactly. Cost: none beyond the move.
+    #[must_use]
+    pub fn from_records(manifest: Option<Manifest>, dimension: usize, records: Vec<Record>, vectors: Vec<f32>) -> Self {
+        let count = records.len();
+        let segment = Segment { dim: dimension, records, vectors, ..Segment::default() };
+        Self {
+            etag: None,
+            manifest,
+            segments: vec![(String::new(), Arc::new(segment))],
+            live: vec![vec![true; count]],
+            live_count: count,
+            deleted: Deleted::new(),
+            memory_bytes: 0,
+            average_terms: std::sync::OnceLock::new(),
+        }
+    }
+
     /// Loads `account`'s index from the store, reusing unchanged segments of
     /// `previous`. An account with no index loads as an empty snapshot.
     ///
@@ -860,7 +937,7 @@ impl IndexSnapshot {
             .map(|Ranked(score, s, i)| {
                 let decay = decays.get(&(s, i));
                 Hit {
-                    record: &self.segments[s].1.records[i],
+                    record: std::borrow::Cow::Borrowed(&self.segments[s].1.records[i]),
                     score,
                     origin_score: decay.map(|d| d.0),
                     time_score: decay.map(|d| d.1),

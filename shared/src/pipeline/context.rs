@@ -12,7 +12,7 @@ use crate::app::App;
 use crate::assemble::{Assembled, assemble, assemble_over};
 use crate::config::RetrievalConfig;
 use crate::deadline::Deadline;
-use crate::find::{authorize_targets, checked_snapshot, embed_queries};
+use crate::find::{authorize_targets, checked_index, embed_queries};
 use crate::identity::Identity;
 use crate::index::Exclusion;
 use crate::ledger::DedupStatus;
@@ -55,12 +55,12 @@ pub async fn context(
             // need neither the session nor the plan: they go out with the
             // session read.
             let original = [query];
-            let (loaded, snapshot, original) = tokio::join!(
+            let (loaded, index, original) = tokio::join!(
                 load_session(app, identity, id, params.dedup_turns, wants_expansion || wants_rewrite),
-                checked_snapshot(app, identity),
+                checked_index(app, identity),
                 embed_queries(app, params.assemble.search_kind, &original),
             );
-            (Some(loaded), Some((snapshot?, original?)))
+            (Some(loaded), Some((index?, original?)))
         }
         _ => (None, None),
     };
@@ -75,11 +75,11 @@ pub async fn context(
     let mut assemble_params = params.assemble.clone();
     assemble_params.queries.clone_from(&expansion.queries);
     let mut assembled = match prepared {
-        Some((snapshot, original)) => {
+        Some((index, original)) => {
             let queries: Vec<&str> = assemble_params.queries.iter().map(String::as_str).collect();
             let vectors =
                 with_planned_embeddings(app, params.assemble.search_kind, (query, original), &queries).await?;
-            assemble_over(app, identity, &assemble_params, &exclusion, &snapshot, vectors).await?
+            assemble_over(app, identity, &assemble_params, &exclusion, &index, vectors).await?
         }
         None => assemble(app, identity, &assemble_params, &exclusion).await?,
     };

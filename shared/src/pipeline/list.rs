@@ -4,7 +4,7 @@ use super::session::{expand_query, load_session};
 use super::{ListParams, ListResult, RetrievalError, expansion_enabled, with_planned_embeddings};
 use crate::app::App;
 use crate::deadline::Deadline;
-use crate::find::{authorize_targets, checked_snapshot, embed_queries, find, find_over};
+use crate::find::{authorize_targets, checked_index, embed_queries, find, find_over, vectors_for};
 use crate::identity::Identity;
 use crate::llm::expansion::ExpansionStatus;
 
@@ -41,12 +41,12 @@ pub async fn list(
     // The session read, the index revalidation and the original query's
     // embedding go out together.
     let original = [find_params.query.as_str()];
-    let (loaded, snapshot, original) = tokio::join!(
+    let (loaded, index, original) = tokio::join!(
         load_session(app, identity, session, 0, true),
-        checked_snapshot(app, identity),
+        checked_index(app, identity),
         embed_queries(app, find_params.search_kind, &original),
     );
-    let (snapshot, original) = (snapshot?, original?);
+    let (index, original) = (index?, original?);
     let expansion = expand_query(app, &loaded, &find_params.query, deadline).await;
     let plan = expansion.plan.as_ref().filter(|_| expansion.status == ExpansionStatus::Used);
     if plan.is_none()
@@ -61,6 +61,7 @@ pub async fn list(
     };
     let vectors =
         with_planned_embeddings(app, find_params.search_kind, (&find_params.query, original), &queries).await?;
-    let found = find_over(app, identity, &find_params, &queries, &snapshot, &vectors, now).await;
+    let vectors = vectors_for(app, &index, &queries, vectors).await?;
+    let found = find_over(app, identity, &find_params, &queries, &index, &vectors, now).await?;
     Ok(ListResult { found, query_plan: plan.cloned() })
 }

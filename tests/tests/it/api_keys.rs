@@ -38,9 +38,16 @@ async fn api_key_app(store: SharedStore, revalidate: Duration) -> Arc<App> {
         let source = TempDir::new("source");
         write_tree(source.path(), files);
         let account = AccountId::new(account).expect("valid account");
-        ingest_dir(source.path(), &store, &account, &embedder, &IngestOptions::default(), &mut |_| {})
-            .await
-            .expect("ingest");
+        ingest_dir(
+            source.path(),
+            &skald::index::Target::segments(&store),
+            &account,
+            &embedder,
+            &IngestOptions::default(),
+            &mut |_| {},
+        )
+        .await
+        .expect("ingest");
     }
     let config = Config {
         identity: IdentityConfig {

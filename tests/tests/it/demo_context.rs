@@ -41,9 +41,16 @@ pub(crate) async fn demo_app() -> (Arc<App>, TempDir) {
     let store: SharedStore = Arc::new(LocalStore::open(dir.path()).expect("open the local store"));
     let embedder: Arc<dyn Embedder> = Arc::new(use_m3());
     let account = AccountId::new("default").expect("account");
-    ingest_dir(&repo().join("samplconfigs/demo"), &store, &account, &*embedder, &IngestOptions::default(), &mut |_| {})
-        .await
-        .expect("ingest the demo");
+    ingest_dir(
+        &repo().join("samplconfigs/demo"),
+        &skald::index::Target::segments(&store),
+        &account,
+        &*embedder,
+        &IngestOptions::default(),
+        &mut |_| {},
+    )
+    .await
+    .expect("ingest the demo");
     let mut config = Config { store: dir.path().display().to_string(), ..Config::default() };
     config.identity.mode = IdentityMode::Dev;
     (Arc::new(App::with_parts(config, store, embedder)), dir)

@@ -172,9 +172,16 @@ async fn app_with(files: &[(&str, &str)]) -> (App, TempDir, TempDir) {
     let store: SharedStore = Arc::new(LocalStore::open(store_dir.path()).expect("open the local store"));
     let embedder: Arc<dyn Embedder> = Arc::new(HashedEmbedder::new(64));
     let account = AccountId::new("default").expect("valid account id");
-    ingest_dir(source.path(), &store, &account, &*embedder, &IngestOptions::default(), &mut |_| {})
-        .await
-        .expect("ingest the corpus");
+    ingest_dir(
+        source.path(),
+        &skald::index::Target::segments(&store),
+        &account,
+        &*embedder,
+        &IngestOptions::default(),
+        &mut |_| {},
+    )
+    .await
+    .expect("ingest the corpus");
     let config = Config { store: store_dir.path().display().to_string(), ..Config::default() };
     (App::with_parts(config, store, embedder), source, store_dir)
 }

@@ -185,7 +185,9 @@ async fn ingest(
 ) -> Result<(IngestReport, Vec<IngestEvent>), IngestError> {
     let mut events = Vec::new();
     let mut on_event = |e: IngestEvent| events.push(e);
-    let report = ingest_dir(source, store, &account(), embedder, options, &mut on_event).await?;
+    let report =
+        ingest_dir(source, &skald::index::Target::segments(store), &account(), embedder, options, &mut on_event)
+            .await?;
     Ok((report, events))
 }
 
@@ -527,7 +529,9 @@ async fn another_embedder_is_refused(store: &SharedStore, source: &Path) {
     commit(store, &beta, &info, &seg).await.expect("seed an index of another embedder");
     let beta_manifest = store.get(&manifest_key(&beta)).await.expect("beta's manifest").body;
     let mut on_event = |_: IngestEvent| {};
-    match ingest_dir(source, store, &beta, &hashed, &options(false), &mut on_event).await {
+    match ingest_dir(source, &skald::index::Target::segments(store), &beta, &hashed, &options(false), &mut on_event)
+        .await
+    {
         Err(IngestError::Index(IndexError::EmbedderMismatch { account, index, configured })) => {
             assert_eq!(account, "beta");
             assert!(index.contains("another-model/64"), "{index}");

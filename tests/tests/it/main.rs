@@ -16,6 +16,7 @@ mod content_api;
 mod demo_context;
 mod find_api;
 mod golden;
+mod index_backends;
 mod index_suite;
 mod indexer;
 mod ingest;

@@ -1712,6 +1712,7 @@ fn context_result(full: bool) -> skald::pipeline::ContextResult {
     use skald::assemble::params::{Detail, PeerScope, Tier, default_penalties};
     use skald::assemble::{AssemblyStats, Named, Origins, TierCounts};
     use skald::index::Category;
+    use skald::index::account::IndexStats;
     use skald::ledger::DedupStatus;
     use skald::llm::Usage;
     use skald::llm::expansion::ExpansionStatus;
@@ -1740,6 +1741,7 @@ fn context_result(full: bool) -> skald::pipeline::ContextResult {
         bytes_read: 2048,
         reads: 2,
         retrieval_errors: if full { vec!["a read failed".into()] } else { Vec::new() },
+        index: full.then_some(IndexStats { backend: "s3vectors", searches: 4, incomplete: true }),
     };
     let stats = ContextStats {
         assembly,
@@ -1785,6 +1787,11 @@ fn bootstrap_result(truncated: bool) -> skald::pipeline::BootstrapResult {
             },
             bytes_read: 100,
             reads: 1,
+            index: truncated.then_some(skald::index::account::IndexStats {
+                backend: "s3vectors",
+                searches: 2,
+                incomplete: false,
+            }),
         },
     }
 }
@@ -1831,6 +1838,11 @@ fn list_result(full: bool) -> skald::pipeline::ListResult {
             skills: Vec::new(),
             total: 1,
             provenance: full.then(|| vec![provenance]),
+            index: full.then_some(skald::index::account::IndexStats {
+                backend: "s3vectors",
+                searches: 1,
+                incomplete: true,
+            }),
         },
         query_plan: full.then_some(plan),
     }

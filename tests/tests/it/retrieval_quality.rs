@@ -133,7 +133,7 @@ async fn demo(embedder: Arc<dyn Embedder>) -> (App, PathBuf) {
     let store: skald::store::SharedStore = Arc::new(LocalStore::open(&dir).expect("store"));
     ingest_dir(
         &repo().join("samplconfigs/demo"),
-        &store,
+        &skald::index::Target::segments(&store),
         &identity().account,
         embedder.as_ref(),
         &IngestOptions::default(),
