@@ -235,6 +235,22 @@ pub fn test_backend() -> Backend {
     }
 }
 
+/// `app` rebuilt around another embedder: the same configuration, store
+/// and vector bucket (tests that watch or refuse the embedder's calls).
+#[must_use]
+pub fn with_embedder(app: &App, embedder: Arc<dyn Embedder>) -> App {
+    let mut rebuilt = App::with_parts(app.config.clone(), Arc::clone(&app.store), embedder);
+    rebuilt.vectors = app.vectors.clone();
+    rebuilt
+}
+
+/// The keys a result has on [`test_backend`] beyond the segment backend's:
+/// `index` (how the searches went) on `s3vectors`.
+#[must_use]
+pub fn backend_keys() -> &'static [&'static str] {
+    if test_backend() == Backend::S3vectors { &["index"] } else { &[] }
+}
+
 /// An app over `store` and `embedder` whose new accounts start on
 /// [`test_backend`]: on `s3vectors`, with a fresh bucket of the emulator.
 #[must_use]

@@ -95,6 +95,7 @@ pub const MAX_FILTERABLE_BYTES: usize = 2 * 1024;
 pub struct Emulator {
     addr: SocketAddr,
     accept: JoinHandle<()>,
+    state: Arc<Mutex<State>>,
 }
 
 impl std::fmt::Debug for Emulator {
@@ -115,6 +116,20 @@ impl Emulator {
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.addr)
     }
+
+    /// The operations called on `bucket` since the last take, in arrival
+    /// order (e.g. `QueryVectors`), for tests that count round trips.
+    #[must_use]
+    pub fn take_calls(&self, bucket: &str) -> Vec<String> {
+        take_calls(&self.state, bucket)
+    }
+}
+
+fn take_calls(state: &Mutex<State>, bucket: &str) -> Vec<String> {
+    let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+    let (mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut state.calls).into_iter().partition(|(_, b)| b == bucket);
+    state.calls = others;
+    mine.into_iter().map(|(op, _)| op).collect()
 }
 
 /// Starts an empty emulator on `127.0.0.1:0`, served on the current tokio
@@ -128,8 +143,8 @@ pub async fn start() -> Emulator {
         .expect("bind the S3 Vectors emulator to a loopback port");
     let addr = listener.local_addr().expect("the emulator's bound address");
     let state = Arc::new(Mutex::new(State::default()));
-    let accept = tokio::spawn(accept_loop(listener, state));
-    Emulator { addr, accept }
+    let accept = tokio::spawn(accept_loop(listener, Arc::clone(&state)));
+    Emulator { addr, accept, state }
 }
 
 /// An S3 Vectors client for `endpoint`: static credentials (`test`/`test`),
@@ -187,6 +202,9 @@ pub fn from_document(document: &Document) -> Value {
 #[derive(Default)]
 struct State {
     buckets: BTreeMap<String, Bucket>,
+    /// Operations called and the bucket each named, for
+    /// [`Emulator::take_calls`].
+    calls: Vec<(String, String)>,
 }
 
 struct Bucket {
@@ -269,6 +287,8 @@ async fn handle(state: Arc<Mutex<State>>, req: Request<Incoming>) -> Result<Resp
                 }
                 Ok(body) => {
                     let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+                    let bucket = body.get("vectorBucketName").and_then(Value::as_str).unwrap_or_default().to_owned();
+                    state.calls.push((parts.uri.path().trim_start_matches('/').to_owned(), bucket));
                     dispatch(&mut state, parts.uri.path(), &body)
                 }
             }
@@ -908,8 +928,19 @@ impl Filter {
 /// When the emulator's thread or runtime cannot start.
 #[must_use]
 pub fn shared_endpoint() -> &'static str {
-    static ENDPOINT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    ENDPOINT.get_or_init(|| {
+    &shared().0
+}
+
+/// The operations called on `bucket` of the [`shared_endpoint`] emulator
+/// since the last take ([`Emulator::take_calls`]).
+#[must_use]
+pub fn take_shared_calls(bucket: &str) -> Vec<String> {
+    take_calls(&shared().1, bucket)
+}
+
+fn shared() -> &'static (String, Arc<Mutex<State>>) {
+    static SHARED: std::sync::OnceLock<(String, Arc<Mutex<State>>)> = std::sync::OnceLock::new();
+    SHARED.get_or_init(|| {
         let (sent, received) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name("s3vectors-emulator".into())
@@ -921,7 +952,7 @@ pub fn shared_endpoint() -> &'static str {
                     .expect("the emulator's runtime");
                 runtime.block_on(async move {
                     let emulator = start().await;
-                    sent.send(emulator.endpoint()).expect("hand over the endpoint");
+                    sent.send((emulator.endpoint(), Arc::clone(&emulator.state))).expect("hand over the endpoint");
                     // Serve until the process exits.
                     std::future::pending::<()>().await;
                     drop(emulator);
@@ -941,15 +972,22 @@ pub fn shared_endpoint() -> &'static str {
 /// When the bucket cannot be created.
 #[must_use]
 pub fn fresh_bucket() -> skald::index::s3vectors::VectorBucket {
+    bucket_at(shared_endpoint())
+}
+
+/// [`fresh_bucket`] in the emulator at `endpoint` (which must be served
+/// by a runtime other than the caller's: the caller's thread waits).
+fn bucket_at(endpoint: &str) -> skald::index::s3vectors::VectorBucket {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let name = format!("skald-test-{}-{n}", std::process::id());
-    let endpoint = shared_endpoint();
+    let endpoint = endpoint.to_owned();
     let bucket = name.clone();
+    let at = endpoint.clone();
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
         runtime.block_on(async {
-            let client = client(endpoint).await;
+            let client = client(&at).await;
             client.create_vector_bucket().vector_bucket_name(&bucket).send().await.expect("create a vector bucket");
         });
     })
@@ -959,7 +997,7 @@ pub fn fresh_bucket() -> skald::index::s3vectors::VectorBucket {
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new(REGION))
         .credentials_provider(Credentials::new("test", "test", None, None, "skald-tests"))
-        .endpoint_url(endpoint)
+        .endpoint_url(&endpoint)
         .build();
     skald::index::s3vectors::VectorBucket::from_client(aws_sdk_s3vectors::Client::from_conf(config), &name, "skald-")
 }

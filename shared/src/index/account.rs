@@ -112,7 +112,8 @@ impl<'a> Target<'a> {
 pub struct Searched<'a> {
     /// The hits, best first.
     pub hits: Vec<Hit<'a>>,
-    /// Hits left out by the exclusion.
+    /// Hits left out by the exclusion (on S3 Vectors, among the records
+    /// the queries returned).
     pub excluded: usize,
     /// Whether records the service did not return (past `topK`) might
     /// have made the result; always false on segments.
@@ -337,11 +338,11 @@ impl AccountIndex {
     /// `since`, newest first (ties by URI); and whether the list may miss
     /// some (S3 Vectors only: more than 100 records shared one second).
     ///
-    /// Cost: segments, one scan. S3 Vectors: filtered queries over time
-    /// windows ending at `now` — 1 hour, then 4× wider each time, up to
-    /// `since` — until one holds `max` records and fewer than 100; a window
-    /// that comes back full is halved until it does not: a handful of
-    /// `QueryVectors` in all.
+    /// Cost: segments, one scan. S3 Vectors: one filtered `QueryVectors`
+    /// when at most 100 records match; past that, queries over time
+    /// windows ending at `now` — 1 hour, then 8× wider each time — until
+    /// one holds `max` records and fewer than 100, and a window that comes
+    /// back full is halved until it does not: about a dozen in all.
     ///
     /// # Errors
     /// [`IndexError::Vectors`].
@@ -500,6 +501,11 @@ async fn remote_search(
     Ok(Searched { hits, excluded, incomplete })
 }
 
+/// The widest time window before the last one (which starts at `since`,
+/// however far back): about 200 years.
+#[cfg(feature = "s3")]
+const MAX_WINDOW_S: i64 = 200 * 365 * 86_400;
+
 /// The newest records through filtered time-window queries.
 #[cfg(feature = "s3")]
 struct ProbeQuery<'a> {
@@ -531,26 +537,39 @@ impl ProbeQuery<'_> {
     }
 
     async fn newest(&self, since: i64, max: usize) -> Result<(Vec<Record>, bool), IndexError> {
+        // Everything since `since`: complete unless the service had more.
+        let (all, full) = self.window(since).await?;
+        if !full {
+            return Ok((all, false));
+        }
+        // More than 100 match: the narrowest window ending now that holds
+        // `max` of them without coming back full.
         let mut width: i64 = 3600;
         // The widest window known to come back not full, and its records.
         let mut settled: Vec<Record> = Vec::new();
         let mut narrow_from = self.now;
         loop {
-            let from = self.now.saturating_sub(width).max(since);
-            let (found, full) = self.window(from).await?;
-            if !full && (found.len() >= max || from <= since) {
+            let reaches = width > MAX_WINDOW_S || i128::from(self.now) - i128::from(width) <= i128::from(since);
+            let (from, found, full) = if reaches {
+                (since, all.clone(), true)
+            } else {
+                let from = self.now - width;
+                let (found, full) = self.window(from).await?;
+                (from, found, full)
+            };
+            if !full && found.len() >= max {
                 return Ok((found, false));
             }
             if full {
                 // Between `narrow_from` (not full) and `from` (full): halve.
                 let (mut lo, mut hi) = (from, narrow_from);
-                let mut best = (found, true);
-                while hi - lo > 1 {
-                    let mid = lo + (hi - lo) / 2;
+                let mut best = found;
+                while i128::from(hi) - i128::from(lo) > 1 {
+                    let mid = i64::try_from((i128::from(lo) + i128::from(hi)) / 2).unwrap_or(lo);
                     let (found, full) = self.window(mid).await?;
                     if full {
                         lo = mid;
-                        best = (found, true);
+                        best = found;
                     } else if found.len() >= max {
                         return Ok((found, false));
                     } else {
@@ -559,16 +578,15 @@ impl ProbeQuery<'_> {
                     }
                 }
                 // More than 100 records within one second: what came back.
-                let (found, _) = best;
                 let mut all = settled;
-                all.extend(found);
+                all.extend(best);
                 let mut seen = HashSet::new();
                 all.retain(|r| seen.insert((r.uri.clone(), r.level)));
                 return Ok((all, true));
             }
             settled = found;
             narrow_from = from;
-            width = width.saturating_mul(4);
+            width = width.saturating_mul(8);
         }
     }
 }

@@ -28,7 +28,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest as _, Sha256};
 
 use super::filter::{Field, Filter, FilterExpr, TimeField};
-use super::lexical::decode_counts;
+use super::lexical::{MAX_QUERY_TERMS, decode_counts};
 use super::record::{Category, ContextType, LEVEL_FILE, Level, Record};
 use crate::identity::AccountId;
 use crate::uri::VikingUri;
@@ -258,6 +258,11 @@ pub fn pushdown(filter: &Filter, terms: Option<&[String]>) -> Pushed {
         all.extend(pushed);
     }
     if let Some(terms) = terms.filter(|t| !t.is_empty()) {
+        // A whole pasted prompt has thousands of terms: the longest
+        // (usually the rarest) [`MAX_QUERY_TERMS`] make the filter.
+        let mut terms: Vec<&String> = terms.iter().collect();
+        terms.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        terms.truncate(MAX_QUERY_TERMS);
         let hashes: Vec<String> = terms.iter().map(|t| term_hash(t)).collect();
         all.push(json!({"$or": [{"w": {"$in": hashes}}, {"wx": true}]}));
     }

@@ -520,7 +520,7 @@ async fn bootstrap_never_embeds() {
         calls: AtomicUsize::new(0),
     });
     let embedder: Arc<dyn Embedder> = Arc::clone(&refusing) as Arc<dyn Embedder>;
-    let app = Arc::new(App::with_parts(f.app.config.clone(), Arc::clone(&f.app.store), embedder));
+    let app = Arc::new(skald_tests::fixture::with_embedder(&f.app, embedder));
 
     let reply = bootstrap(&app, &json!({"query": "kubernetes upgrade", "since": "30d"})).await;
     let result = ok(&reply);

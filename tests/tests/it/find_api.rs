@@ -293,7 +293,11 @@ async fn the_result_has_the_reference_shape_and_key_order() {
     assert_eq!(answer.json["status"], "ok");
     let result = &answer.json["result"];
     let keys: Vec<&String> = result.as_object().expect("object").keys().collect();
-    assert_eq!(keys, ["memories", "resources", "skills", "total"], "{}", answer.text);
+    let want: Vec<&str> = ["memories", "resources", "skills", "total"]
+        .into_iter()
+        .chain(skald_tests::fixture::backend_keys().iter().copied())
+        .collect();
+    assert_eq!(keys, want, "{}", answer.text);
 
     for (bucket, context_type) in [("memories", "memory"), ("resources", "resource"), ("skills", "skill")] {
         for item in result[bucket].as_array().expect("list") {
@@ -333,7 +337,11 @@ async fn include_provenance_reports_where_the_query_searched_and_what_it_matched
     let body = json!({"query": "search service", "context_type": "resource", "limit": 3, "include_provenance": true});
     let result = ok_result(&app, &body).await;
     let keys: Vec<&String> = result.as_object().expect("object").keys().collect();
-    assert_eq!(keys, ["memories", "resources", "skills", "total", "provenance"], "{result}");
+    let want: Vec<&str> = ["memories", "resources", "skills", "total", "provenance"]
+        .into_iter()
+        .chain(skald_tests::fixture::backend_keys().iter().copied())
+        .collect();
+    assert_eq!(keys, want, "{result}");
     let provenance = result["provenance"].as_array().expect("a list");
     assert_eq!(provenance.len(), 1, "one query, one entry: {result}");
     let entry = &provenance[0];

@@ -680,7 +680,7 @@ async fn the_original_query_is_embedded_while_the_planner_thinks() {
     let (app, _dirs) = app_with_model(&server).await;
     append(&app, "plan", "user", "remember that evening by the sea?").await;
     let recorder = Arc::new(RecordingEmbedder { inner: Arc::clone(&app.embedder), calls: Mutex::default() });
-    let app = Arc::new(App::with_parts(app.config.clone(), Arc::clone(&app.store), recorder.clone()));
+    let app = Arc::new(skald_tests::fixture::with_embedder(&app, recorder.clone()));
     let planned = ["Dinner with the family at the seaside restaurant", "Tomatoes need sun and water every morning"];
     for body in [ctx_body(&json!({"session_id": "plan"})), json!({"query": QUERY, "session_id": "plan"})] {
         let reply = search_reply(&app, &body).await;

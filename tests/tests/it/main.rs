@@ -27,6 +27,7 @@ mod model_server;
 mod openapi;
 mod recall_api;
 mod retrieval_quality;
+mod route_calls;
 mod s3vectors_emulator;
 mod search_api;
 mod secrets;
