@@ -33,6 +33,12 @@ scripts/setup-model.sh
 
 cargo test --workspace --locked
 
+# The route suites once more with every account on the S3 Vectors index
+# backend (the tests' in-process emulator, driven by the real client).
+SKALD_TEST_INDEX_BACKEND=s3vectors cargo test --locked -p skald-tests --test it -- \
+  find_api:: search_api:: bootstrap_api:: content_api:: recall_api:: keyword_search:: \
+  mcp_tools:: sessions_api:: golden:: llm_stages::
+
 # The real clients against a local Skald: OpenViking's plugins, MCP's
 # conformance suite and Inspector, the Python MCP client.
 scripts/conformance.sh

@@ -124,7 +124,7 @@ async fn routes_on(backend: Backend) {
             ("bootstrap", &boot),
             ("fs/ls", &ls),
         ] {
-            println!("{name} {}", show(route, calls));
+            eprintln!("{name} {}", show(route, calls));
         }
         // Warm, every route revalidates the index with one manifest HEAD.
         for calls in [&found, &hybrid, &semantic, &boot] {
@@ -177,7 +177,7 @@ async fn the_indexer_writes_a_change_in_a_few_calls_on_s3_vectors() {
     let report = skald::indexer::apply(&rig.app, &[change]).await.expect("apply");
     assert_eq!(report.indexed, 1);
     let calls = rig.take();
-    println!("{}", show("indexer, one changed file", &calls));
+    eprintln!("{}", show("indexer, one changed file", &calls));
     // The node's current record (the basis), the versions before the write,
     // one put, and the manifest's swap.
     assert_eq!(s3v(&calls, "GetVectors"), 2, "{calls:?}");
