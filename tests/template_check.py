@@ -49,7 +49,7 @@ VECTOR_ACTIONS = {
     "ContentFunction": VECTOR_READ,
     "McpFunction": VECTOR_READ,
     "IndexerFunction": VECTOR_READ
-    | {"s3vectors:PutVectors", "s3vectors:DeleteVectors", "s3vectors:GetIndex", "s3vectors:CreateIndex"},
+    | {"s3vectors:PutVectors", "s3vectors:DeleteVectors", "s3vectors:GetIndex", "s3vectors:CreateIndex", "s3vectors:UpdateIndexMode"},
     "SessionsFunction": set(),
 }
 # Pseudo parameters to render names and ARNs with.

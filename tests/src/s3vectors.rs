@@ -5,7 +5,7 @@
 //!
 //! Operations: `CreateVectorBucket`, `GetVectorBucket`,
 //! `DeleteVectorBucket`, `CreateIndex`, `GetIndex`, `DeleteIndex`,
-//! `ListIndexes`, `PutVectors`, `GetVectors`, `DeleteVectors`,
+//! `UpdateIndexMode`, `ListIndexes`, `PutVectors`, `GetVectors`, `DeleteVectors`,
 //! `ListVectors` and `QueryVectors`. Anything else is a 404
 //! `UnknownOperationException`. Requests are not authenticated.
 //!
@@ -214,6 +214,10 @@ struct Bucket {
 
 struct Index {
     created: f64,
+    /// `CLASSIC` (new indexes, as in a bucket created before September
+    /// 2026) or `ENHANCED` (`UpdateIndexMode`); queries filter exactly in
+    /// either.
+    mode: &'static str,
     dimension: usize,
     metric: String,
     non_filterable: Vec<String>,
@@ -315,6 +319,7 @@ fn dispatch(state: &mut State, path: &str, body: &Value) -> Outcome {
         "/CreateIndex" => create_index(state, body),
         "/GetIndex" => get_index(state, body),
         "/DeleteIndex" => delete_index(state, body),
+        "/UpdateIndexMode" => update_index_mode(state, body),
         "/ListIndexes" => list_indexes(state, body),
         "/PutVectors" => put_vectors(state, body),
         "/GetVectors" => get_vectors(state, body),
@@ -496,7 +501,7 @@ fn create_index(state: &mut State, body: &Value) -> Outcome {
     let dimension = usize::try_from(dimension).map_err(|_| invalid("dimension out of range"))?;
     found.indexes.insert(
         index_name.to_owned(),
-        Index { created: now(), dimension, metric, non_filterable, vectors: BTreeMap::new() },
+        Index { created: now(), mode: "CLASSIC", dimension, metric, non_filterable, vectors: BTreeMap::new() },
     );
     Ok(json!({ "indexArn": index_arn(&bucket_name, index_name) }))
 }
@@ -511,11 +516,24 @@ fn get_index(state: &mut State, body: &Value) -> Outcome {
         "dataType": "float32",
         "dimension": found.dimension,
         "distanceMetric": found.metric,
+        "indexMode": found.mode,
     });
     if !found.non_filterable.is_empty() {
         index["metadataConfiguration"] = json!({ "nonFilterableMetadataKeys": found.non_filterable });
     }
     Ok(json!({ "index": index }))
+}
+
+fn update_index_mode(state: &mut State, body: &Value) -> Outcome {
+    let mode = match string_field(body, "indexMode")? {
+        Some("CLASSIC") => "CLASSIC",
+        Some("ENHANCED") => "ENHANCED",
+        Some(other) => return Err(invalid(format!("indexMode must be CLASSIC or ENHANCED, not {other}"))),
+        None => return Err(invalid("indexMode is required")),
+    };
+    let (_, _, found) = index(state, body)?;
+    found.mode = mode;
+    Ok(json!({}))
 }
 
 fn delete_index(state: &mut State, body: &Value) -> Outcome {

@@ -28,7 +28,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest as _, Sha256};
 
 use super::filter::{Field, Filter, FilterExpr, TimeField};
-use super::lexical::{MAX_QUERY_TERMS, decode_counts};
+use super::lexical::decode_counts;
 use super::record::{Category, ContextType, LEVEL_FILE, Level, Record};
 use crate::identity::AccountId;
 use crate::uri::VikingUri;
@@ -55,6 +55,12 @@ pub const MAX_TERMS: usize = 64;
 pub const FILTERABLE_BUDGET: usize = 1900;
 /// Bytes of the non-filterable `r` (the service allows 40 KB in all).
 pub const RECORD_BUDGET: usize = 36 * 1024;
+/// The most constraints a query's filter may have (each comparison, and
+/// each value of an `$in` or `$nin`): the service's bound for an
+/// `ENHANCED` index is 100; parts past it are left to the local re-check.
+pub const MAX_FILTER_CONSTRAINTS: usize = 96;
+/// The most query terms a keyword filter names (the longest).
+pub const MAX_FILTER_TERMS: usize = 32;
 /// The metadata keys declared non-filterable when an index is created.
 pub const NON_FILTERABLE_KEYS: [&str; 1] = ["r"];
 
@@ -262,9 +268,19 @@ pub fn pushdown(filter: &Filter, terms: Option<&[String]>) -> Pushed {
         // (usually the rarest) [`MAX_QUERY_TERMS`] make the filter.
         let mut terms: Vec<&String> = terms.iter().collect();
         terms.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
-        terms.truncate(MAX_QUERY_TERMS);
+        terms.truncate(MAX_FILTER_TERMS);
         let hashes: Vec<String> = terms.iter().map(|t| term_hash(t)).collect();
         all.push(json!({"$or": [{"w": {"$in": hashes}}, {"wx": true}]}));
+    }
+    // Past the service's bound, the last parts (terms, the expression,
+    // times, tags, …) are left to the local re-check; targets stay.
+    while all.len() > 1 && all.iter().map(constraints).sum::<usize>() > MAX_FILTER_CONSTRAINTS {
+        all.pop();
+        exact = false;
+    }
+    if all.first().is_some_and(|f| constraints(f) > MAX_FILTER_CONSTRAINTS) {
+        all.clear();
+        exact = false;
     }
     let filter = match all.len() {
         0 => None,
@@ -272,6 +288,22 @@ pub fn pushdown(filter: &Filter, terms: Option<&[String]>) -> Pushed {
         _ => Some(json!({ "$and": all })),
     };
     Pushed { filter, exact }
+}
+
+/// The constraints a metadata filter has: each comparison, and each value
+/// of an `$in` or `$nin`.
+fn constraints(filter: &Value) -> usize {
+    match filter {
+        Value::Object(map) => map
+            .iter()
+            .map(|(key, value)| match (key.as_str(), value) {
+                ("$and" | "$or", Value::Array(items)) => items.iter().map(constraints).sum(),
+                (_, Value::Object(ops)) => ops.values().map(|v| v.as_array().map_or(1, |a| a.len().max(1))).sum(),
+                _ => 1,
+            })
+            .sum(),
+        _ => 1,
+    }
 }
 
 /// A metadata filter no record passes (levels are never negative): what an
@@ -538,6 +570,16 @@ mod tests {
             pushed,
             Pushed { filter: Some(json!({"u": {"$in": [short_hash("viking://resources/a.md")]}})), exact: true }
         );
+        // A filter past the service's constraint bound keeps what fits.
+        let many: Vec<String> = (0..200).map(|i| format!("owner{i}")).collect();
+        let wide = Filter {
+            targets: vec![uri("viking://resources")],
+            expr: Some(FilterExpr::Must(Field::Owner, many)),
+            ..Filter::default()
+        };
+        let pushed = pushdown(&wide, None);
+        assert!(!pushed.exact);
+        assert_eq!(pushed.filter, Some(json!({"a": {"$in": [short_hash("resources")]}})));
         let keywords = pushdown(&Filter::default(), Some(&["fox".to_owned()]));
         assert_eq!(keywords.filter, Some(json!({"$or": [{"w": {"$in": [term_hash("fox")]}}, {"wx": true}]})));
     }

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_s3vectors::Client;
 use aws_sdk_s3vectors::error::ProvideErrorMetadata;
-use aws_sdk_s3vectors::types::{DataType, DistanceMetric, MetadataConfiguration, PutInputVector, VectorData};
+use aws_sdk_s3vectors::types::{
+    DataType, DistanceMetric, IndexMode, MetadataConfiguration, PutInputVector, VectorData,
+};
 use aws_smithy_types::{Document, Number};
 use futures_util::{StreamExt as _, TryStreamExt as _, stream};
 use serde_json::Value;
@@ -117,10 +119,14 @@ impl VectorBucket {
     }
 
     /// Creates `index` (float32, cosine, `dimension`, the record JSON
-    /// non-filterable) unless it exists; an existing index must have
-    /// `dimension`.
+    /// non-filterable) in index mode `ENHANCED` (the filter applies before
+    /// the nearest-neighbour search, so a selective filter — one account's
+    /// subtree — still gets `topK` matches; the service's default in
+    /// buckets made before September 2026 is `CLASSIC`) unless it exists;
+    /// an existing index must have `dimension`.
     ///
-    /// Cost: one `CreateIndex`, plus a `GetIndex` when it existed.
+    /// Cost: a `CreateIndex` and an `UpdateIndexMode`; a `CreateIndex` and
+    /// a `GetIndex` when it existed in `ENHANCED` mode.
     ///
     /// # Errors
     /// [`IndexError::Vectors`]; [`IndexError::Corrupt`] when the existing
@@ -144,8 +150,8 @@ impl VectorBucket {
             .metadata_configuration(metadata)
             .send()
             .await;
-        match created {
-            Ok(_) => Ok(()),
+        let mode = match created {
+            Ok(_) => None,
             Err(e) if e.code() == Some("ConflictException") => {
                 let got = self
                     .client()
@@ -157,16 +163,28 @@ impl VectorBucket {
                     .await
                     .map_err(|e| failed("GetIndex", &e))?;
                 let found = got.index().map(|i| i.dimension());
-                if found == i32::try_from(dimension).ok() {
-                    Ok(())
-                } else {
-                    Err(IndexError::Corrupt(format!(
+                if found != i32::try_from(dimension).ok() {
+                    return Err(IndexError::Corrupt(format!(
                         "vector index {index} has dimension {found:?}, not the embedder's {dimension}"
-                    )))
+                    )));
                 }
+                got.index().and_then(|i| i.index_mode().cloned())
             }
-            Err(e) => Err(failed("CreateIndex", &e)),
+            Err(e) => return Err(failed("CreateIndex", &e)),
+        };
+        // A new index, or one whose creation did not get this far before.
+        if mode != Some(IndexMode::Enhanced) {
+            self.client()
+                .await
+                .update_index_mode()
+                .vector_bucket_name(&self.bucket)
+                .index_name(index)
+                .index_mode(IndexMode::Enhanced)
+                .send()
+                .await
+                .map_err(|e| failed("UpdateIndexMode", &e))?;
         }
+        Ok(())
     }
 
     /// Deletes `index` (nothing when it does not exist). Cost: one call.
