@@ -53,7 +53,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_s3vectors::config::retry::RetryConfig;
 use aws_sdk_s3vectors::config::{BehaviorVersion, Credentials, Region};
-use aws_smithy_types::{Document, Number};
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt as _, Full};
@@ -160,44 +159,9 @@ pub async fn client(endpoint: &str) -> aws_sdk_s3vectors::Client {
     aws_sdk_s3vectors::Client::from_conf(config)
 }
 
-/// `value` as a smithy [`Document`] (metadata and filters are documents in
-/// the SDK). Integers stay integers; other numbers become floats.
-#[must_use]
-pub fn to_document(value: &Value) -> Document {
-    match value {
-        Value::Null => Document::Null,
-        Value::Bool(b) => Document::Bool(*b),
-        Value::Number(n) => Document::Number(if let Some(u) = n.as_u64() {
-            Number::PosInt(u)
-        } else if let Some(i) = n.as_i64() {
-            Number::NegInt(i)
-        } else {
-            Number::Float(n.as_f64().unwrap_or(f64::NAN))
-        }),
-        Value::String(s) => Document::String(s.clone()),
-        Value::Array(items) => Document::Array(items.iter().map(to_document).collect()),
-        Value::Object(map) => Document::Object(map.iter().map(|(k, v)| (k.clone(), to_document(v))).collect()),
-    }
-}
-
-/// A smithy [`Document`] as JSON (the inverse of [`to_document`]; object
-/// keys sorted, as a `Document` object is a hash map).
-#[must_use]
-pub fn from_document(document: &Document) -> Value {
-    match document {
-        Document::Null => Value::Null,
-        Document::Bool(b) => Value::Bool(*b),
-        Document::Number(Number::PosInt(u)) => json!(u),
-        Document::Number(Number::NegInt(i)) => json!(i),
-        Document::Number(Number::Float(f)) => json!(f),
-        Document::String(s) => Value::String(s.clone()),
-        Document::Array(items) => Value::Array(items.iter().map(from_document).collect()),
-        Document::Object(map) => {
-            let sorted: BTreeMap<&String, &Document> = map.iter().collect();
-            Value::Object(sorted.into_iter().map(|(k, v)| (k.clone(), from_document(v))).collect())
-        }
-    }
-}
+/// JSON ↔ smithy `Document` (metadata and filters are
+/// documents in the SDK), as the library converts them.
+pub use skald::index::s3vectors::{from_document, to_document};
 
 #[derive(Default)]
 struct State {

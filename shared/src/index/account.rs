@@ -180,11 +180,12 @@ impl AccountIndex {
         snapshot: Arc<IndexSnapshot>,
         vectors: Option<&VectorBucket>,
     ) -> Result<Self, IndexError> {
-        let Some(location) = snapshot.manifest.as_ref().and_then(|m| m.vectors.clone()) else {
+        let Some((manifest, location)) =
+            snapshot.manifest.as_ref().and_then(|m| m.vectors.clone().map(|location| (m.clone(), location)))
+        else {
             return Ok(Self::Segments(snapshot));
         };
         let Some(vectors) = vectors else { return Err(IndexError::VectorsUnavailable(account.to_string())) };
-        let manifest = snapshot.manifest.clone().unwrap_or_else(|| unreachable_manifest(&location));
         Ok(Self::Vectors { bucket: in_bucket(vectors, &location.bucket), index: location.index, manifest })
     }
 
@@ -387,18 +388,6 @@ impl AccountIndex {
             #[cfg(not(feature = "s3"))]
             Self::Vectors { bucket, .. } => match *bucket {},
         }
-    }
-}
-
-/// A manifest for an index whose manifest is missing (never: `open` found
-/// the reference in it).
-fn unreachable_manifest(location: &VectorsRef) -> Manifest {
-    Manifest {
-        version: 1,
-        embedder: EmbedderInfo { id: String::new(), dimension: 0 },
-        segments: Vec::new(),
-        generation: 0,
-        vectors: Some(location.clone()),
     }
 }
 
@@ -835,8 +824,10 @@ pub const DEFAULT_DELETE_GRACE: std::time::Duration = std::time::Duration::from_
 /// Cost, to S3 Vectors: a load of the segments, a `CreateIndex`, one
 /// `PutVectors` per 500 records at `target.write_rate` (2,500 a second by
 /// default: 400 s per million records), one manifest swap, a delete per
-/// old segment. Back to segments: one `ListVectors` per 500 records, one
-/// segment put, one manifest swap, a `DeleteIndex`.
+/// old segment. Back to segments: one `ListVectors` per 500 records (the
+/// whole index, vectors included, in this process's memory, as the segment
+/// backend will hold it), one segment put, one manifest swap, a
+/// `DeleteIndex`.
 ///
 /// Unknown outcomes: the copy is idempotent (upserts by key; a segment
 /// under a key of its own) and the switch is decided by reading the

@@ -390,8 +390,10 @@ fn failed<E: ProvideErrorMetadata + std::fmt::Display>(operation: &'static str, 
     }
 }
 
-/// JSON as a smithy [`Document`] (the SDK's metadata and filter type).
-fn to_document(value: &Value) -> Document {
+/// JSON as a smithy [`Document`] (the SDK's metadata and filter type):
+/// integers stay integers, other numbers become floats.
+#[must_use]
+pub fn to_document(value: &Value) -> Document {
     match value {
         Value::Null => Document::Null,
         Value::Bool(b) => Document::Bool(*b),
@@ -408,8 +410,10 @@ fn to_document(value: &Value) -> Document {
     }
 }
 
-/// A smithy [`Document`] as JSON.
-fn from_document(document: &Document) -> Value {
+/// A smithy [`Document`] as JSON (the inverse of [`to_document`]; object
+/// keys sorted, as a `Document` object is a hash map).
+#[must_use]
+pub fn from_document(document: &Document) -> Value {
     match document {
         Document::Null => Value::Null,
         Document::Bool(b) => Value::Bool(*b),
@@ -418,6 +422,9 @@ fn from_document(document: &Document) -> Value {
         Document::Number(Number::Float(f)) => Value::from(*f),
         Document::String(s) => Value::String(s.clone()),
         Document::Array(items) => Value::Array(items.iter().map(from_document).collect()),
-        Document::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), from_document(v))).collect()),
+        Document::Object(map) => {
+            let sorted: std::collections::BTreeMap<&String, &Document> = map.iter().collect();
+            Value::Object(sorted.into_iter().map(|(k, v)| (k.clone(), from_document(v))).collect())
+        }
     }
 }

@@ -16,7 +16,9 @@ use skald::identity::AccountId;
 use skald::index::Backend;
 use skald::ingest::{IngestOptions, ingest_dir};
 use skald_tests::counting::CountingStore;
-use skald_tests::fixture::{ACCOUNT, DEFAULT_CORPUS, EMBED_DIMENSION, Handler, TempDir, call, local_store, write_tree};
+use skald_tests::fixture::{
+    ACCOUNT, DEFAULT_CORPUS, EMBED_DIMENSION, Handler, TempDir, call, local_store, on_backend, write_tree,
+};
 
 /// Calls of one route, by kind: `store GET manifest`, `s3vectors QueryVectors`, …
 type Calls = BTreeMap<String, usize>;
@@ -36,9 +38,7 @@ impl Rig {
             ..Config::default()
         };
         let embedder: Arc<dyn Embedder> = Arc::new(HashedEmbedder::new(EMBED_DIMENSION));
-        let mut app = App::with_parts(config, counting.clone(), embedder);
-        app.config.index.backend = backend;
-        app.vectors = skald_tests::s3vectors::fresh_bucket();
+        let app = on_backend(config, counting.clone(), embedder, backend);
         let source = TempDir::new("source");
         write_tree(source.path(), DEFAULT_CORPUS);
         let account = AccountId::new(ACCOUNT).expect("valid");
