@@ -64,6 +64,7 @@ impl App {
     /// # Errors
     /// [`InitError`] naming what could not be built or resolved.
     pub async fn new(config: Config) -> Result<Self, InitError> {
+        config.check_index()?;
         #[cfg(feature = "secrets")]
         let config = {
             let mut config = config;

@@ -604,15 +604,20 @@ impl Config {
             profile.validate(name).map_err(|message| ConfigError::Invalid { path: origin.to_owned(), message })?;
         }
         config.base_dir = base_dir.to_path_buf();
-        config.check_index().map_err(|e| match e {
-            ConfigError::Invalid { message, .. } => ConfigError::Invalid { path: origin.to_owned(), message },
-            other => other,
-        })?;
+        let rate = config.index.s3vectors.write_rate;
+        if !(rate.is_finite() && rate > 0.0) {
+            return Err(ConfigError::Invalid {
+                path: origin.to_owned(),
+                message: format!("index.s3vectors.write_rate must be a positive number, not {rate}"),
+            });
+        }
         Ok(config)
     }
 
-    /// Checks the index settings: `s3vectors` needs a vector bucket, and
-    /// the write rate must be positive.
+    /// Checks the index settings once every source is applied (the file,
+    /// then the environment): `s3vectors` needs a vector bucket, and the
+    /// write rate must be positive. [`Config::from_env`] and `App::new`
+    /// call it.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] naming the key.
@@ -745,6 +750,24 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_s3vectors_backend_needs_a_bucket_and_a_positive_rate() {
+        let base = Path::new("/etc/skald");
+        let c = Config::from_json(r#"{}"#, "t.json", base).expect("valid");
+        assert_eq!(c.index.backend, crate::index::Backend::Segments);
+        assert_eq!((c.index.s3vectors.index_prefix.as_str(), c.index.s3vectors.write_rate), ("skald-", 2500.0));
+        // The bucket may come from the environment: checked once all is applied.
+        let mut c = Config::from_json(r#"{"index": {"backend": "s3vectors"}}"#, "t.json", base).expect("valid");
+        let message = c.check_index().expect_err("no bucket").to_string();
+        assert!(message.contains("index.s3vectors.bucket") && message.contains("SKALD_VECTOR_BUCKET"), "{message}");
+        c.index.s3vectors.bucket = Some("vectors".into());
+        assert!(c.check_index().is_ok());
+        let zero = r#"{"index": {"s3vectors": {"write_rate": 0}}}"#;
+        assert!(Config::from_json(zero, "t.json", base).expect_err("rate 0").to_string().contains("write_rate"));
+        let unknown = r#"{"index": {"backend": "faiss"}}"#;
+        assert!(Config::from_json(unknown, "t.json", base).is_err(), "an unknown backend is refused");
+    }
 
     #[test]
     fn defaults_fill_what_the_file_omits() {

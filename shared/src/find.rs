@@ -340,13 +340,15 @@ pub async fn vectors_for(
 
 /// Runs a find for `identity`, with "now" given (Unix seconds).
 ///
-/// Cost: one query embedding (none for keyword search); one manifest HEAD (plus new segments when
-/// the index changed); one scan; with `read_content`, one read per hit,
+/// Cost: one query embedding (none for keyword search on segments); one
+/// manifest HEAD (plus new segments when the index changed); one search —
+/// a scan of the loaded segments, or one `QueryVectors` (two for hybrid)
+/// on S3 Vectors; with `read_content`, one read per hit,
 /// [`READ_CONTENT_CONCURRENCY`] at a time.
 ///
 /// # Errors
-/// When the embedder or store fails or the index was built by another
-/// embedder.
+/// When the embedder, store or S3 Vectors fails or the index was built by
+/// another embedder.
 pub async fn find(app: &App, identity: &Identity, params: &FindParams, now: i64) -> Result<FindResult, RetrievalError> {
     find_queries(app, identity, params, &[params.query.as_str()], now).await
 }
@@ -360,8 +362,8 @@ pub async fn find(app: &App, identity: &Identity, params: &FindParams, now: i64)
 /// it (before the merge and the cut). The
 /// reference's `thinking_trace` is absent: one flat scan has no trace.
 ///
-/// Cost: one embedding call for all queries, one manifest HEAD, one scan
-/// per query.
+/// Cost: one embedding call for all queries, one manifest HEAD, one search
+/// per query (as [`find`]'s).
 ///
 /// # Errors
 /// As [`find`].

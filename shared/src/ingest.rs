@@ -326,11 +326,14 @@ fn file_times(path: &Path) -> Times {
 }
 
 /// Ingests the tree under `source` into `account`: uploads changed files
-/// (and sidecars) to the store and commits their records in segments of
-/// `options.batch`. `on_event` hears about every node.
+/// (and sidecars) to `target`'s store and commits their records in batches
+/// of `options.batch` to wherever the account's index lives
+/// ([`index::account::commit`]; a new account starts on
+/// `target.new_accounts`). `on_event` hears about every node.
 ///
-/// Cost: a read and hash of every source file; uploads and embedding only
-/// for changed nodes.
+/// Cost: a read and hash of every source file; what the index holds, read
+/// once (the segments, or one `ListVectors` per 500 records); uploads and
+/// embedding only for changed nodes.
 ///
 /// # Errors
 /// Source, store, index (including an embedder mismatch) or embedder errors;

@@ -365,14 +365,11 @@ impl AccountIndex {
         };
         match self {
             Self::Segments(snapshot) => {
-                let mut found: Vec<Record> = snapshot
-                    .records()
-                    .map(|(r, _)| r)
-                    .filter(|r| time(r) >= since && filter.matches(r))
-                    .cloned()
-                    .collect();
-                order(&mut found);
-                Ok((found, false))
+                // Sorted by reference; only the newest `max` are copied.
+                let mut found: Vec<&Record> =
+                    snapshot.records().map(|(r, _)| r).filter(|r| time(r) >= since && filter.matches(r)).collect();
+                found.sort_by(|a, b| time(b).cmp(&time(a)).then_with(|| a.uri.cmp(&b.uri)));
+                Ok((found.into_iter().take(max).cloned().collect(), false))
             }
             #[cfg(feature = "s3")]
             Self::Vectors { bucket, index, manifest } => {
