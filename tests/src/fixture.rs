@@ -203,19 +203,21 @@ pub async fn app_with_config(files: &[(&str, &str)], edit: impl FnOnce(&mut Conf
         ..Config::default()
     };
     edit(&mut config);
-    let account = AccountId::new(ACCOUNT).expect("valid account id");
     let app = build_app(config, store, embedder);
-    ingest_dir(
-        dirs.source.path(),
-        &app.index_target(),
-        &account,
-        &*app.embedder,
-        &IngestOptions::default(),
-        &mut |_| {},
-    )
-    .await
-    .expect("ingest the fixture corpus");
+    ingest_tree(&app, dirs.source.path()).await;
     (Arc::new(app), dirs)
+}
+
+/// Ingests the tree under `source` into account [`ACCOUNT`] of `app`
+/// (wherever `app` starts new accounts), with the default options.
+///
+/// # Panics
+/// When ingest fails.
+pub async fn ingest_tree(app: &App, source: &Path) {
+    let account = AccountId::new(ACCOUNT).expect("valid account id");
+    ingest_dir(source, &app.index_target(), &account, &*app.embedder, &IngestOptions::default(), &mut |_| {})
+        .await
+        .expect("ingest the corpus");
 }
 
 /// The index backend the fixtures start accounts on:
@@ -734,11 +736,8 @@ pub async fn app_with_corpus_in(
     for (path, t) in mtimes {
         set_mtime(source.path(), path, *t);
     }
-    let account = AccountId::new(ACCOUNT).expect("valid account id");
     let app = app_over_store(store);
-    ingest_dir(source.path(), &app.index_target(), &account, &*app.embedder, &IngestOptions::default(), &mut |_| {})
-        .await
-        .expect("ingest the corpus");
+    ingest_tree(&app, source.path()).await;
     (app, source)
 }
 

@@ -18,6 +18,9 @@ pub enum ContextType {
 }
 
 impl ContextType {
+    /// Every context type.
+    pub const ALL: [Self; 3] = [Self::Memory, Self::Resource, Self::Skill];
+
     /// The wire name: `memory`, `resource` or `skill`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
@@ -65,6 +68,17 @@ pub enum Category {
 }
 
 impl Category {
+    /// Every category.
+    pub const ALL: [Self; 7] = [
+        Self::Events,
+        Self::Entities,
+        Self::Preferences,
+        Self::Experiences,
+        Self::Memories,
+        Self::Resources,
+        Self::Skills,
+    ];
+
     /// The wire name.
     #[must_use]
     pub fn as_str(self) -> &'static str {

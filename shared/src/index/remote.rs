@@ -375,20 +375,8 @@ fn push_expr(expr: &FilterExpr) -> (Option<Value>, bool) {
         // Fields with a few known values: the values with the prefix.
         FilterExpr::Prefix(field @ (Field::ContextType | Field::Category | Field::Level), prefixes) => {
             let values: Vec<String> = match field {
-                Field::ContextType => [ContextType::Memory, ContextType::Resource, ContextType::Skill]
-                    .map(|t| t.as_str().to_owned())
-                    .into(),
-                Field::Category => [
-                    Category::Events,
-                    Category::Entities,
-                    Category::Preferences,
-                    Category::Experiences,
-                    Category::Memories,
-                    Category::Resources,
-                    Category::Skills,
-                ]
-                .map(|c| c.as_str().to_owned())
-                .into(),
+                Field::ContextType => ContextType::ALL.map(|t| t.as_str().to_owned()).into(),
+                Field::Category => Category::ALL.map(|c| c.as_str().to_owned()).into(),
                 _ => (0..=LEVEL_FILE).map(|l| l.to_string()).collect(),
             };
             let matching: Vec<String> =

@@ -34,15 +34,7 @@ use skald::uri::VikingUri;
 use skald::xml_text::{is_xml_char, xml_safe};
 use skald_tests::xml::parse_block;
 
-const CATEGORIES: [Category; 7] = [
-    Category::Events,
-    Category::Entities,
-    Category::Preferences,
-    Category::Experiences,
-    Category::Memories,
-    Category::Resources,
-    Category::Skills,
-];
+const CATEGORIES: [Category; 7] = Category::ALL;
 
 const PINNABLE: [Tier; 3] = [Tier::Abstract, Tier::Overview, Tier::Full];
 

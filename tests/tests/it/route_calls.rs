@@ -12,12 +12,10 @@ use skald::app::App;
 use skald::config::{Config, IdentityConfig, IdentityMode};
 use skald::embed::Embedder;
 use skald::embed::hashed::HashedEmbedder;
-use skald::identity::AccountId;
 use skald::index::Backend;
-use skald::ingest::{IngestOptions, ingest_dir};
 use skald_tests::counting::CountingStore;
 use skald_tests::fixture::{
-    ACCOUNT, DEFAULT_CORPUS, EMBED_DIMENSION, Handler, TempDir, call, local_store, on_backend, write_tree,
+    ACCOUNT, DEFAULT_CORPUS, EMBED_DIMENSION, Handler, TempDir, call, ingest_tree, local_store, on_backend, write_tree,
 };
 
 /// Calls of one route, by kind: `store GET manifest`, `s3vectors QueryVectors`, …
@@ -41,17 +39,7 @@ impl Rig {
         let app = on_backend(config, counting.clone(), embedder, backend);
         let source = TempDir::new("source");
         write_tree(source.path(), DEFAULT_CORPUS);
-        let account = AccountId::new(ACCOUNT).expect("valid");
-        ingest_dir(
-            source.path(),
-            &app.index_target(),
-            &account,
-            &*app.embedder,
-            &IngestOptions::default(),
-            &mut |_| {},
-        )
-        .await
-        .expect("ingest");
+        ingest_tree(&app, source.path()).await;
         Self { app: Arc::new(app), counting, _dirs: (source, store_dir) }
     }
 
