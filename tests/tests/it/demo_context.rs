@@ -13,8 +13,6 @@ use skald::app::App;
 use skald::config::{Config, IdentityMode};
 use skald::embed::Embedder;
 use skald::embed::use_m3::UseM3Embedder;
-use skald::identity::AccountId;
-use skald::ingest::{IngestOptions, ingest_dir};
 use skald::store::SharedStore;
 use skald::store::local::LocalStore;
 use skald_tests::fixture::{TempDir, ok, search_reply};
@@ -40,20 +38,11 @@ pub(crate) async fn demo_app() -> (Arc<App>, TempDir) {
     let dir = TempDir::new("demo");
     let store: SharedStore = Arc::new(LocalStore::open(dir.path()).expect("open the local store"));
     let embedder: Arc<dyn Embedder> = Arc::new(use_m3());
-    let account = AccountId::new("default").expect("account");
-    ingest_dir(
-        &repo().join("samplconfigs/demo"),
-        &skald::index::Target::segments(&store),
-        &account,
-        &*embedder,
-        &IngestOptions::default(),
-        &mut |_| {},
-    )
-    .await
-    .expect("ingest the demo");
     let mut config = Config { store: dir.path().display().to_string(), ..Config::default() };
     config.identity.mode = IdentityMode::Dev;
-    (Arc::new(App::with_parts(config, store, embedder)), dir)
+    let app = App::with_parts(config, store, embedder);
+    skald_tests::fixture::ingest_tree(&app, &repo().join("samplconfigs/demo")).await;
+    (Arc::new(app), dir)
 }
 
 /// The context-mode result for `query` at `max_tokens`.

@@ -26,7 +26,6 @@ use skald::embed::Embedder;
 use skald::embed::hashed::HashedEmbedder;
 use skald::identity::{AccountId, Identity, UserId};
 use skald::index::{Category, Exclusion, SearchKind};
-use skald::ingest::{IngestOptions, ingest_dir};
 use skald::store::SharedStore;
 use skald::store::local::LocalStore;
 use skald::tokens::estimate_tokens;
@@ -171,19 +170,10 @@ async fn app_with(files: &[(&str, &str)]) -> (App, TempDir, TempDir) {
     }
     let store: SharedStore = Arc::new(LocalStore::open(store_dir.path()).expect("open the local store"));
     let embedder: Arc<dyn Embedder> = Arc::new(HashedEmbedder::new(64));
-    let account = AccountId::new("default").expect("valid account id");
-    ingest_dir(
-        source.path(),
-        &skald::index::Target::segments(&store),
-        &account,
-        &*embedder,
-        &IngestOptions::default(),
-        &mut |_| {},
-    )
-    .await
-    .expect("ingest the corpus");
     let config = Config { store: store_dir.path().display().to_string(), ..Config::default() };
-    (App::with_parts(config, store, embedder), source, store_dir)
+    let app = App::with_parts(config, store, embedder);
+    skald_tests::fixture::ingest_tree(&app, source.path()).await;
+    (app, source, store_dir)
 }
 
 fn identity() -> Identity {
