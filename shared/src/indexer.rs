@@ -30,7 +30,7 @@ use crate::ingest::{
     ABSTRACT_SIDECAR, Batch, IngestError, IngestOptions, OVERVIEW_SIDECAR, Pending, Times, commit_batch,
     directory_records, file_record,
 };
-use crate::store::{SharedStore, StoreError};
+use crate::store::{SharedStore, StoreError, get_checked};
 use crate::uri::{VikingUri, tree_key};
 
 /// One changed object, as a notification names it.
@@ -282,7 +282,7 @@ async fn apply_account(
         report.indexed += step.pending.len();
         report.removed += step.tombstones.len();
         pending.extend(step.pending);
-        tombstones.extend(step.tombstones);
+        tombstones.extend(step.tombstones.into_iter().chain(step.absent));
         bumps.extend(step.bumps);
     }
     let batch = Batch { pending, tombstones, bumps };
@@ -335,10 +335,11 @@ async fn read_nodes(
         .await
 }
 
-/// The object under `key` as UTF-8 text; `None` when it is missing or not
-/// text.
+/// The object under `key` as UTF-8 text, its body checked against its
+/// etag ([`get_checked`]: a body cut in transit is read again, never
+/// indexed); `None` when it is missing or not text.
 async fn read_text(store: &SharedStore, key: &str) -> Result<Option<String>, StoreError> {
-    match store.get(key).await {
+    match get_checked(store.as_ref(), key).await {
         Ok(object) => Ok(String::from_utf8(object.body.to_vec()).ok()),
         Err(StoreError::NotFound(_)) => Ok(None),
         Err(e) => Err(e),
@@ -358,11 +359,17 @@ pub struct Step {
     /// Committing them keeps a stale, older read from replacing the node
     /// (`A`–`B`–`A`: a file changed and changed back).
     pub bumps: Vec<(Record, Vec<f32>)>,
+    /// Removals of nodes the index holds no record of, seen at a newer
+    /// version than any it holds: committed as tombstones all the same,
+    /// so that an older read of the node, committed later, cannot bring
+    /// it back (a file created and removed while the read of its creation
+    /// is in flight).
+    pub absent: Vec<Tombstone>,
 }
 
 impl Step {
     /// Adds `level`'s new record, or its removal, or its version bump, or
-    /// nothing when the index already holds the same source at the same or
+    /// nothing when the index already holds the same state at the same or
     /// a newer version.
     fn level(
         &mut self,
@@ -373,6 +380,7 @@ impl Step {
         version: Option<&str>,
     ) {
         let current = snapshot.get_with_vector(uri, level);
+        let tombstone = || Tombstone { uri: uri.clone(), level, source_version: version.map(str::to_owned) };
         match (new, current) {
             (Some(p), Some((r, vector))) if r.source_hash == p.record.source_hash => {
                 if supersedes(version, r.source_version.as_deref()) {
@@ -384,10 +392,12 @@ impl Step {
                 p.record.source_version = version.map(str::to_owned);
                 self.pending.push(p);
             }
-            (None, Some(_)) => {
-                self.tombstones.push(Tombstone { uri: uri.clone(), level, source_version: version.map(str::to_owned) })
+            (None, Some(_)) => self.tombstones.push(tombstone()),
+            (None, None) => {
+                if version.is_some() && snapshot.version_of(uri, level).is_none_or(|held| supersedes(version, held)) {
+                    self.absent.push(tombstone());
+                }
             }
-            (None, None) => {}
         }
     }
 }

@@ -67,6 +67,44 @@ pub enum Fault {
     /// A listing leaves out the most recently written key under its prefix
     /// (S3's listings may lag behind its writes).
     ListMissingNewest,
+    /// The call waits at `Gate` until the test opens it, then passes
+    /// through: a test orders another writer's work between two calls of
+    /// a held one, deterministically.
+    Wait(Gate),
+}
+
+/// Where a [`Fault::Wait`] call stops: the test awaits
+/// [`Gate::reached`], does what must happen meanwhile, then
+/// [`Gate::open`]s it. Clones share the gate; it holds one call.
+#[derive(Debug, Clone, Default)]
+pub struct Gate {
+    reached: std::sync::Arc<tokio::sync::Notify>,
+    opened: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl PartialEq for Gate {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.reached, &other.reached)
+    }
+}
+
+impl Eq for Gate {}
+
+impl Gate {
+    /// Returns once a call is held at the gate (at once if one already is).
+    pub async fn reached(&self) {
+        self.reached.notified().await;
+    }
+
+    /// Lets the held call through (or the next one to arrive).
+    pub fn open(&self) {
+        self.opened.notify_one();
+    }
+
+    async fn pass(&self) {
+        self.reached.notify_one();
+        self.opened.notified().await;
+    }
 }
 
 impl Fault {
@@ -75,7 +113,7 @@ impl Fault {
             Self::LandThenTimeout | Self::LandThenConflict => op == Op::Put,
             Self::TruncatedBody | Self::ForeignBody => op == Op::Get,
             Self::ListMissingNewest => op == Op::List,
-            Self::FailBeforeLanding | Self::SlowDown | Self::Latency(_) => true,
+            Self::FailBeforeLanding | Self::SlowDown | Self::Latency(_) | Self::Wait(_) => true,
         }
     }
 }
@@ -272,15 +310,23 @@ impl FaultyStore {
     }
 }
 
+/// What a fault that delays a call does before the call passes through:
+/// sleep ([`Fault::Latency`]) or wait at its gate ([`Fault::Wait`]).
+async fn delay(fault: &Option<Fault>) {
+    match fault {
+        Some(Fault::Latency(d)) => tokio::time::sleep(*d).await,
+        Some(Fault::Wait(gate)) => gate.pass().await,
+        _ => {}
+    }
+}
+
 #[async_trait]
 impl Store for FaultyStore {
     async fn get(&self, key: &str) -> Result<Object, StoreError> {
-        match self.decide(Op::Get, key) {
-            None => self.inner.get(key).await,
-            Some(Fault::Latency(d)) => {
-                tokio::time::sleep(d).await;
-                self.inner.get(key).await
-            }
+        let fault = self.decide(Op::Get, key);
+        delay(&fault).await;
+        match fault {
+            None | Some(Fault::Latency(_) | Fault::Wait(_)) => self.inner.get(key).await,
             Some(Fault::TruncatedBody) => {
                 let mut object = self.inner.get(key).await?;
                 object.body = object.body.slice(..object.body.len() / 2);
@@ -298,23 +344,19 @@ impl Store for FaultyStore {
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
-        match self.decide(Op::Head, key) {
-            None => self.inner.head(key).await,
-            Some(Fault::Latency(d)) => {
-                tokio::time::sleep(d).await;
-                self.inner.head(key).await
-            }
+        let fault = self.decide(Op::Head, key);
+        delay(&fault).await;
+        match fault {
+            None | Some(Fault::Latency(_) | Fault::Wait(_)) => self.inner.head(key).await,
             Some(fault) => Err(Self::failure("head", key, &fault)),
         }
     }
 
     async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<ObjectMeta, StoreError> {
         let fault = self.decide(Op::Put, key);
-        if let Some(Fault::Latency(d)) = &fault {
-            tokio::time::sleep(*d).await;
-        }
+        delay(&fault).await;
         match fault {
-            None | Some(Fault::Latency(_)) => {
+            None | Some(Fault::Latency(_) | Fault::Wait(_)) => {
                 let written = self.inner.put(key, body, mode).await?;
                 lock(&self.written).push(key.to_owned());
                 Ok(written)
@@ -334,12 +376,10 @@ impl Store for FaultyStore {
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError> {
-        match self.decide(Op::List, prefix) {
-            None => self.inner.list(prefix).await,
-            Some(Fault::Latency(d)) => {
-                tokio::time::sleep(d).await;
-                self.inner.list(prefix).await
-            }
+        let fault = self.decide(Op::List, prefix);
+        delay(&fault).await;
+        match fault {
+            None | Some(Fault::Latency(_) | Fault::Wait(_)) => self.inner.list(prefix).await,
             Some(Fault::ListMissingNewest) => {
                 let mut listed = self.inner.list(prefix).await?;
                 let newest = lock(&self.written).iter().rev().find(|k| k.starts_with(prefix)).cloned();
@@ -351,10 +391,10 @@ impl Store for FaultyStore {
     }
 
     async fn list_dir(&self, dir: &str, limit: usize) -> Result<DirListing, StoreError> {
-        match self.decide(Op::List, dir) {
-            None | Some(Fault::ListMissingNewest) => self.inner.list_dir(dir, limit).await,
-            Some(Fault::Latency(d)) => {
-                tokio::time::sleep(d).await;
+        let fault = self.decide(Op::List, dir);
+        delay(&fault).await;
+        match fault {
+            None | Some(Fault::ListMissingNewest | Fault::Latency(_) | Fault::Wait(_)) => {
                 self.inner.list_dir(dir, limit).await
             }
             Some(fault) => Err(Self::failure("list", dir, &fault)),
@@ -362,12 +402,10 @@ impl Store for FaultyStore {
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
-        match self.decide(Op::Delete, key) {
-            None => self.inner.delete(key).await,
-            Some(Fault::Latency(d)) => {
-                tokio::time::sleep(d).await;
-                self.inner.delete(key).await
-            }
+        let fault = self.decide(Op::Delete, key);
+        delay(&fault).await;
+        match fault {
+            None | Some(Fault::Latency(_) | Fault::Wait(_)) => self.inner.delete(key).await,
             Some(fault) => Err(Self::failure("delete", key, &fault)),
         }
     }

@@ -195,6 +195,7 @@ impl From<IndexError> for ApiError {
             IndexError::Vectors { .. } => Self::dependency("the vector index is unavailable; retry", e),
             IndexError::VectorsUnavailable(_) => Self::Unavailable(e.to_string()),
             IndexError::Moved(_) => Self::dependency("the index is being migrated; retry", e),
+            IndexError::OutcomeUnknown(_) => Self::dependency("the index is busy; retry", e),
         }
     }
 }

@@ -98,6 +98,12 @@ pub enum IndexError {
     /// under way (internal: the write is tried again on the new backend).
     #[error("index of account {0} moved to another backend during the write")]
     Moved(String),
+    /// A manifest write was not acknowledged and the manifest no longer
+    /// records who wrote the generations since (more than
+    /// [`WRITERS_KEPT`] writes went by, or a writer that keeps no record):
+    /// the write may have landed. Retrying the operation is safe.
+    #[error("a write to the index manifest of account {0} may have landed; its outcome is unknown")]
+    OutcomeUnknown(String),
 }
 
 /// The embedder an index was built with.
@@ -144,6 +150,49 @@ pub struct Manifest {
     /// a migration ([`account::migrate`]), by compare-and-swap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vectors: Option<VectorsRef>,
+    /// Who wrote each of the latest generations, oldest first (at most
+    /// [`WRITERS_KEPT`]; the last is `generation`'s): how a writer whose
+    /// manifest write went unacknowledged learns whether it landed, even
+    /// once a compaction has taken its segment out of `segments`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writers: Vec<Written>,
+}
+
+/// One generation of a manifest and the write that made it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Written {
+    /// The generation the write made.
+    pub generation: u64,
+    /// The writer's token: unique to one manifest change (a commit, a
+    /// compaction, a migration step), the same over its retries.
+    pub by: String,
+}
+
+/// Generations whose writer a manifest records ([`Manifest::writers`]):
+/// a write left unacknowledged is decided by a read-back within this many
+/// other writes (one backoff, tens of milliseconds); past it the outcome
+/// is reported unknown ([`IndexError::OutcomeUnknown`]).
+pub const WRITERS_KEPT: usize = 32;
+
+impl Manifest {
+    /// Whether a write by `token` based on generation `base` (made
+    /// `base + 1` if it landed) is in this manifest: `Some(true)` it
+    /// landed, `Some(false)` it did not (this generation is `base`, or
+    /// every generation since is recorded and none is `token`'s), `None`
+    /// unknown (the record does not reach back to `base + 1`).
+    fn written_by(&self, token: &str, base: u64) -> Option<bool> {
+        if self.writers.iter().any(|w| w.by == token) {
+            return Some(true);
+        }
+        if self.generation <= base {
+            return Some(false);
+        }
+        // The record is whole from its first generation to this one.
+        let whole = self.writers.last().is_some_and(|w| w.generation == self.generation)
+            && self.writers.windows(2).all(|w| w[0].generation + 1 == w[1].generation);
+        let reaches = self.writers.first().is_some_and(|w| w.generation <= base + 1);
+        (whole && reaches).then_some(false)
+    }
 }
 
 /// Store key of `account`'s manifest.
@@ -221,8 +270,10 @@ fn backoff(attempt: u32) -> Duration {
 /// Cost: a manifest get, one segment put and a conditional manifest put;
 /// each conflict adds a manifest get and put. A manifest put whose outcome
 /// is unknown (a timeout, a 5xx, or a 412 that may answer the SDK's retry
-/// of our own landed write) costs one manifest get, which decides: the
-/// manifest lists our segment (done) or it does not (try again).
+/// of our own landed write) costs one manifest get, which decides by the
+/// manifest's record of its writers: it landed (done) or not (try again).
+/// A segment once listed is never listed again, so a compaction that
+/// merged and deleted it meanwhile leaves no reference to a missing object.
 ///
 /// Unknown outcomes: the segment's key is unique to this commit, so a
 /// segment put that may have landed is harmless (an unreferenced object if
@@ -232,7 +283,8 @@ fn backoff(attempt: u32) -> Duration {
 ///
 /// # Errors
 /// [`IndexError::EmbedderMismatch`] when the index was built by another
-/// embedder; store errors; [`IndexError::Contention`] after many conflicts.
+/// embedder; store errors; [`IndexError::Contention`] after many conflicts;
+/// [`IndexError::OutcomeUnknown`] when a read-back cannot decide.
 pub async fn commit(
     store: &SharedStore,
     account: &AccountId,
@@ -258,9 +310,6 @@ pub async fn commit(
     let seg_ref = write_segment(store, account, segment).await?;
     // The first attempt swaps against the manifest read above.
     let (manifest, edit) = swap_manifest(store, account, embedder, Some(current), |m| {
-        if m.segments.iter().any(|s| s.key == seg_ref.key) {
-            return Edit::Landed;
-        }
         if m.vectors.is_some() {
             return Edit::Abandoned;
         }
@@ -323,9 +372,7 @@ pub async fn commit_ordered(
         let mut moved = false;
         let (manifest, edit) = swap_manifest(store, account, embedder, None, |m| {
             moved = m.vectors.is_some();
-            if m.segments.iter().any(|s| s.key == seg_ref.key) {
-                Edit::Landed
-            } else if moved || !m.segments.iter().map(|s| &s.key).eq(expected.iter()) {
+            if moved || !m.segments.iter().map(|s| &s.key).eq(expected.iter()) {
                 // Another writer committed since `current`: judge again.
                 Edit::Abandoned
             } else {
@@ -359,7 +406,14 @@ pub async fn commit_ordered(
 }
 
 fn empty_manifest(embedder: &EmbedderInfo) -> Manifest {
-    Manifest { version: 1, embedder: embedder.clone(), segments: Vec::new(), generation: 0, vectors: None }
+    Manifest {
+        version: 1,
+        embedder: embedder.clone(),
+        segments: Vec::new(),
+        generation: 0,
+        vectors: None,
+        writers: Vec::new(),
+    }
 }
 
 /// Encodes `segment` and writes it under a key of its own
@@ -397,7 +451,9 @@ enum Edit {
     /// The change was applied: write the manifest.
     Write,
     /// The manifest already holds the change: an earlier attempt whose
-    /// outcome was unknown landed. Nothing to write.
+    /// outcome was unknown landed (the manifest's record of its writers
+    /// says so), or the state the change wants is there already. Nothing
+    /// to write.
     Landed,
     /// The change no longer applies (another writer superseded it). Nothing
     /// to write.
@@ -411,14 +467,18 @@ const UNKNOWN_ATTEMPTS: u32 = 3;
 /// Applies `change` to the current manifest and writes it back by
 /// compare-and-swap, retrying on conflict. The first attempt works on
 /// `first` when the caller has just read the manifest (`Some(None)`: there
-/// was none); every retry reads it again, and `change` sees what is there
-/// now — including, after a put whose outcome was unknown, its own landed
-/// change, which it reports as [`Edit::Landed`]. Returns the manifest as it
-/// now stands and what `change` last said.
+/// was none); every retry reads it again. Returns the manifest as it now
+/// stands and what was done.
 ///
-/// A put that fails without a precondition answer (timeout, 5xx) may have
-/// landed: the next attempt's read decides, [`UNKNOWN_ATTEMPTS`] times at
-/// most; after that the error is returned and the outcome stays unknown.
+/// Each write records a token of this swap with the generation it makes
+/// ([`Manifest::writers`]). A put that is not acknowledged — a conflict,
+/// which may answer the SDK's retry of our own landed write, or a timeout
+/// or 5xx — may have landed: the next read decides by that record, not by
+/// what the manifest lists (a compaction may have merged a landed segment
+/// away), and reports [`Edit::Landed`] without calling `change` again.
+/// After [`UNKNOWN_ATTEMPTS`] timeouts or 5xx in a row the error is
+/// returned and the outcome stays unknown; so it does when the record no
+/// longer reaches back to the write ([`IndexError::OutcomeUnknown`]).
 async fn swap_manifest(
     store: &SharedStore,
     account: &AccountId,
@@ -426,6 +486,9 @@ async fn swap_manifest(
     mut first: Option<Option<(Manifest, String)>>,
     mut change: impl FnMut(&mut Manifest) -> Edit,
 ) -> Result<(Manifest, Edit), IndexError> {
+    let token = format!("{:016x}", unique());
+    // The oldest generation an unacknowledged write of ours was based on.
+    let mut pending: Option<u64> = None;
     let mut unknown = 0;
     for attempt in 1..=CAS_ATTEMPTS {
         let current = match first.take() {
@@ -439,25 +502,37 @@ async fn swap_manifest(
             }
             None => (empty_manifest(embedder), PutMode::CreateNew),
         };
+        if let Some(base) = pending {
+            match manifest.written_by(&token, base) {
+                Some(true) => return Ok((manifest, Edit::Landed)),
+                Some(false) => {}
+                None => return Err(IndexError::OutcomeUnknown(account.to_string())),
+            }
+        }
         let edit = change(&mut manifest);
         if edit != Edit::Write {
             return Ok((manifest, edit));
         }
+        let base = manifest.generation;
         manifest.generation += 1;
+        manifest.writers.push(Written { generation: manifest.generation, by: token.clone() });
+        let over = manifest.writers.len().saturating_sub(WRITERS_KEPT);
+        manifest.writers.drain(..over);
         let body = serde_json::to_vec_pretty(&manifest).map_err(|e| IndexError::Corrupt(e.to_string()))?;
         match store.put(&manifest_key(account), Bytes::from(body), mode).await {
             Ok(_) => return Ok((manifest, Edit::Write)),
-            Err(StoreError::Conflict(_)) => tokio::time::sleep(backoff(attempt)).await,
+            Err(StoreError::Conflict(_)) => {}
             Err(e @ StoreError::Backend { .. }) => {
                 unknown += 1;
                 if unknown >= UNKNOWN_ATTEMPTS {
                     return Err(e.into());
                 }
                 tracing::warn!(account = %account, error = %e, "manifest write outcome unknown; reading it back");
-                tokio::time::sleep(backoff(attempt)).await;
             }
             Err(e) => return Err(e.into()),
         }
+        pending = Some(pending.map_or(base, |p| p.min(base)));
+        tokio::time::sleep(backoff(attempt)).await;
     }
     Err(IndexError::Contention(account.to_string()))
 }
@@ -468,10 +543,10 @@ async fn swap_manifest(
 ///
 /// Unknown outcomes: a manifest put that may have landed is read back
 /// before anything is deleted — the replaced segments are deleted only
-/// once a manifest read shows the merged segment in their place, and the
-/// merged segment only once a read shows that the manifest moved on
-/// without it. When the read-back itself fails, nothing is deleted (at
-/// worst an unreferenced segment object stays).
+/// once a manifest read shows the swap landed (its record of writers), and
+/// the merged segment only once a read shows that the manifest moved on
+/// without it. When the read-back itself fails or cannot decide, nothing
+/// is deleted (at worst an unreferenced segment object stays).
 ///
 /// # Errors
 /// Store, decoding or contention errors; the index stays valid on failure.
@@ -494,9 +569,7 @@ pub async fn compact(store: &SharedStore, account: &AccountId, embedder: &Embedd
     let replaced: Vec<SegmentRef> = manifest.segments.clone();
     // The first attempt swaps against the manifest read above.
     let (_, edit) = swap_manifest(store, account, embedder, Some(Some((manifest, etag))), |m| {
-        if m.segments.iter().any(|s| s.key == merged_ref.key) {
-            Edit::Landed
-        } else if m.segments.starts_with(&replaced) {
+        if m.segments.starts_with(&replaced) {
             m.segments.splice(..replaced.len(), [merged_ref.clone()]);
             Edit::Write
         } else {
@@ -504,10 +577,10 @@ pub async fn compact(store: &SharedStore, account: &AccountId, embedder: &Embedd
         }
     })
     .await?;
-    // Keys are never reused: once a manifest read shows the merged segment
-    // (Write, Landed), no manifest references the replaced keys again; once
-    // one shows another writer's change without it (Abandoned), none
-    // references the merged key.
+    // Keys are never reused: once the swap landed (Write, or Landed by the
+    // manifest's record of its writers), no manifest references the
+    // replaced keys again; once a read shows another writer's change and
+    // no write of ours (Abandoned), none references the merged key.
     let garbage: Vec<&str> = match edit {
         Edit::Abandoned => vec![key.as_str()],
         Edit::Write | Edit::Landed => replaced.iter().map(|r| r.key.as_str()).collect(),
@@ -1236,5 +1309,50 @@ impl IndexCache {
             }
         }
         self.resident.store(total, AtomicOrdering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A manifest at `generation` whose record names `writers` (oldest
+    /// first) as the writers of the generations up to it.
+    fn manifest(generation: u64, writers: &[&str]) -> Manifest {
+        let first = generation + 1 - writers.len() as u64;
+        let writers =
+            writers.iter().zip(first..).map(|(by, generation)| Written { generation, by: (*by).to_owned() }).collect();
+        let embedder = EmbedderInfo { id: "e".into(), dimension: 2 };
+        Manifest { generation, writers, ..empty_manifest(&embedder) }
+    }
+
+    #[test]
+    fn a_read_back_decides_by_the_record_of_writers() {
+        // (manifest, the write's base generation, what the read decides)
+        let rows: &[(Manifest, u64, Option<bool>)] = &[
+            // Ours made generation 5, whatever the segments list now.
+            (manifest(5, &["a", "ours"]), 4, Some(true)),
+            (manifest(7, &["ours", "b", "c"]), 4, Some(true)),
+            // Unchanged since the base: nothing landed.
+            (manifest(4, &["a"]), 4, Some(false)),
+            (manifest(0, &[]), 0, Some(false)),
+            // Others made every generation since the base.
+            (manifest(6, &["b", "c"]), 4, Some(false)),
+            (manifest(6, &["a", "b", "c"]), 4, Some(false)),
+            // The record no longer reaches back to generation 5.
+            (manifest(6, &["c"]), 4, None),
+            // A manifest written by a writer that keeps no record.
+            (manifest(6, &[]), 4, None),
+        ];
+        for (m, base, decided) in rows {
+            assert_eq!(m.written_by("ours", *base), *decided, "{:?} base {base}", m.writers);
+        }
+        // A record with a hole (a writer that kept none) decides nothing.
+        let mut holed = manifest(6, &["a", "b", "c"]);
+        holed.writers.remove(1);
+        assert_eq!(holed.written_by("ours", 3), None);
+        let mut behind = manifest(6, &["b", "c"]);
+        behind.generation = 7;
+        assert_eq!(behind.written_by("ours", 4), None);
     }
 }

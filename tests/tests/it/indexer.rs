@@ -171,22 +171,36 @@ async fn note_abstract(store: &SharedStore) -> Option<String> {
     record(store, NOTE_URI, 2).await.map(|r| r.abstract_text)
 }
 
-/// Runs `changes` through a second indexer (its own app over `store`)
-/// whose segment write is held up, and returns once it has read the store
-/// and is held: the caller changes the store meanwhile, then awaits the
-/// handle, as when two indexer invocations overlap.
-async fn held_indexer(store: &SharedStore, changes: Vec<Change>) -> tokio::task::JoinHandle<IndexerReport> {
-    use skald_tests::faults::{Fault, FaultyStore, Op, Rule};
-    let hold = Rule::every(Op::Put, "/index/segments/", Fault::Latency(std::time::Duration::from_millis(700)));
-    let faults = Arc::new(FaultyStore::new(Arc::clone(store), vec![hold]));
-    let app = skald_tests::fixture::app_over_store(Arc::clone(&faults) as SharedStore);
-    let task = tokio::spawn(async move { applied(&app, &changes).await });
-    let started = std::time::Instant::now();
-    while faults.injected().is_empty() {
-        assert!(started.elapsed() < std::time::Duration::from_secs(10), "the held indexer reached its commit");
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+/// A second indexer (its own app over the store) held just before its
+/// first segment write, having read the store: the caller changes the
+/// store meanwhile, then [`Held::finish`]es it, as when two indexer
+/// invocations overlap.
+struct Held {
+    gate: skald_tests::faults::Gate,
+    task: tokio::task::JoinHandle<IndexerReport>,
+}
+
+impl Held {
+    /// Lets the held indexer commit and returns its report.
+    async fn finish(self) -> IndexerReport {
+        self.gate.open();
+        self.task.await.expect("the held indexer")
     }
-    task
+}
+
+/// Runs `changes` through a [`Held`] indexer over `store`; returns once it
+/// is held.
+async fn held_indexer(store: &SharedStore, changes: Vec<Change>) -> Held {
+    use skald_tests::faults::{Fault, FaultyStore, Gate, Op, Rule};
+    let gate = Gate::default();
+    let hold = Rule::nth(Op::Put, "/index/segments/", 1, Fault::Wait(gate.clone()));
+    let faults = Arc::new(FaultyStore::new(Arc::clone(store), vec![hold]));
+    let app = skald_tests::fixture::app_over_store(faults as SharedStore);
+    let task = tokio::spawn(async move { applied(&app, &changes).await });
+    tokio::time::timeout(std::time::Duration::from_secs(10), gate.reached())
+        .await
+        .expect("the held indexer reached its commit");
+    Held { gate, task }
 }
 
 /// Overlapping indexer invocations, each committing what it read, never
@@ -203,7 +217,7 @@ async fn overlapping_indexers_never_go_back(store: SharedStore) {
     let stale = held_indexer(&store, vec![versioned(NOTE, 2_000, "02")]).await;
     put(&store, NOTE, NOTE_V3).await;
     assert_eq!(applied(&app, &[versioned(NOTE, 3_000, "03")]).await.indexed, 1);
-    stale.await.expect("the stale indexer");
+    stale.finish().await;
     assert_eq!(
         note_abstract(&store).await.as_deref(),
         Some("Kafka consumer lag alerts are paged to the streaming on-call.")
@@ -216,7 +230,7 @@ async fn overlapping_indexers_never_go_back(store: SharedStore) {
     store.delete(&tree_key(NOTE)).await.expect("delete");
     assert_eq!(applied(&app, &[versioned(NOTE, 5_000, "05")]).await.removed, 1);
     skald::index::compact(&store, &account(), &app.embedder_info()).await.expect("compact");
-    stale.await.expect("the stale indexer");
+    stale.finish().await;
     assert_eq!(note_abstract(&store).await, None, "the removed file stays removed");
 
     // Changed (07) and changed back (08) while the read of the change is
@@ -228,7 +242,7 @@ async fn overlapping_indexers_never_go_back(store: SharedStore) {
     let stale = held_indexer(&store, vec![versioned(NOTE, 7_000, "07")]).await;
     put(&store, NOTE, NOTE_V1).await;
     assert_eq!(applied(&app, &[versioned(NOTE, 8_000, "08")]).await.unchanged, 1);
-    stale.await.expect("the stale indexer");
+    stale.finish().await;
     assert_eq!(
         note_abstract(&store).await.as_deref(),
         Some("Kafka consumer lag alerts fire at ten thousand messages.")
@@ -240,6 +254,21 @@ async fn overlapping_indexers_never_go_back(store: SharedStore) {
     let before = generation(&store).await;
     assert_eq!(applied(&app, &[versioned(NOTE, 8_000, "08")]).await.unchanged, 1);
     assert_eq!(generation(&store).await, before);
+
+    // A new file read (09) and removed (0A) before that read commits: the
+    // removal finds no record of the file and records its version all the
+    // same, which the held commit then cannot pass.
+    let new = "resources/notes/new.md";
+    put(&store, new, NOTE_V2).await;
+    let stale = held_indexer(&store, vec![versioned(new, 9_000, "09")]).await;
+    store.delete(&tree_key(new)).await.expect("delete");
+    assert_eq!(applied(&app, &[versioned(new, 10_000, "0A")]).await.unchanged, 1);
+    stale.finish().await;
+    let brought_back = record(&store, "viking://resources/notes/new.md", 2).await.map(|r| r.source_hash);
+    assert_eq!(brought_back, None, "the removed file is not brought back");
+    let before = generation(&store).await;
+    assert_eq!(applied(&app, &[versioned(new, 10_000, "0A")]).await.unchanged, 1);
+    assert_eq!(generation(&store).await, before, "a repeated removal costs no write");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -251,6 +280,33 @@ async fn overlapping_indexers_never_go_back_on_a_local_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn overlapping_indexers_never_go_back_on_s3() {
     overlapping_indexers_never_go_back(s3_shared_store("indexer-overlap").await).await;
+}
+
+/// A file body cut short or replaced in transit (a proxy's error page) is
+/// never indexed: the indexer sees that it does not match the object's
+/// etag, reads it again and indexes what the store holds.
+async fn a_body_cut_in_transit_is_never_indexed(store: SharedStore) {
+    use skald_tests::faults::{Fault, FaultyStore, Op, Rule};
+    for (i, (fault, text)) in [(Fault::TruncatedBody, NOTE_V1), (Fault::ForeignBody, NOTE_V2)].into_iter().enumerate() {
+        let faults = Arc::new(FaultyStore::new(Arc::clone(&store), vec![Rule::nth(Op::Get, NOTE, 1, fault.clone())]));
+        let app = skald_tests::fixture::app_over_store(Arc::clone(&faults) as SharedStore);
+        put(&store, NOTE, text).await;
+        applied(&app, &[versioned(NOTE, 1_000 + i as i64, &format!("0{i}"))]).await;
+        assert_eq!(faults.injected().len(), 1, "{fault:?} was injected");
+        let indexed = record(&store, NOTE_URI, 2).await.map(|r| r.source_hash);
+        assert_eq!(indexed, Some(skald::ingest::source_hash(text.as_bytes())), "{fault:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_body_cut_in_transit_is_never_indexed_from_a_local_store() {
+    let (store, _dir) = local_store();
+    a_body_cut_in_transit_is_never_indexed(store).await;
+}
+
+#[tokio::test]
+async fn a_body_cut_in_transit_is_never_indexed_from_s3() {
+    a_body_cut_in_transit_is_never_indexed(s3_shared_store("indexer-cut-body").await).await;
 }
 
 /// A tree the indexer builds from store notifications has the records (and

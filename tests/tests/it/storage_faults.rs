@@ -15,9 +15,9 @@ use std::time::Duration;
 use crate::common::{DIM, account, embedder};
 use bytes::Bytes;
 use serde_json::{Value, json};
-use skald::index::{COMPACT_AT, IndexSnapshot, Manifest, Segment, commit, manifest_key};
+use skald::index::{COMPACT_AT, IndexSnapshot, Manifest, Segment, commit, compact, manifest_key};
 use skald::store::{PutMode, SharedStore};
-use skald_tests::faults::{Fault, FaultyStore, Op, Rule};
+use skald_tests::faults::{Fault, FaultyStore, Gate, Op, Rule};
 use skald_tests::fixture::{
     DEFAULT_CORPUS, Handler, SEARCH_PATH, SESSIONS_PATH, app_over_store, app_with_corpus_in, call, file_record_of,
     session_key, sessions_get, sessions_post,
@@ -27,6 +27,7 @@ use skald_tests::fixture::{
 // `s3::<check>`. Every check takes the store under the faults.
 skald_tests::on_both_stores!(worker_threads = 4;
     an_ambiguous_commit_lists_its_segment_once,
+    an_ambiguous_commit_compacted_before_its_read_back_is_not_listed_again,
     an_ambiguous_compaction_keeps_its_merged_segment,
     a_compaction_that_cannot_read_back_deletes_nothing,
     a_failed_manifest_write_commits_nothing,
@@ -164,6 +165,41 @@ async fn an_ambiguous_commit_lists_its_segment_once(store: SharedStore) {
         // The happy path's 3 calls (manifest get, segment put, manifest
         // put) and one read-back that decides.
         assert_eq!(faults.calls() - before, 4, "{fault:?}");
+    }
+}
+
+/// A commit whose manifest write lands unacknowledged, and a compaction
+/// that merges (and deletes) its segment before the commit reads the
+/// manifest back: the commit finds it landed, and does not list its
+/// deleted segment again.
+async fn an_ambiguous_commit_compacted_before_its_read_back_is_not_listed_again(store: SharedStore) {
+    commit(&store, &account(), &embedder(), &one_record("before")).await.expect("commit");
+    for (i, fault) in [Fault::LandThenTimeout, Fault::LandThenConflict].into_iter().enumerate() {
+        let gate = Gate::default();
+        let faults = faulty(
+            store.clone(),
+            vec![
+                Rule::nth(Op::Put, "manifest.json", 1, fault.clone()),
+                // The read-back that decides the write's outcome (the 1st
+                // read is the commit's own).
+                Rule::nth(Op::Get, "manifest.json", 2, Fault::Wait(gate.clone())),
+            ],
+        );
+        let name = format!("compacted{i}");
+        let writer = {
+            let (faults, name) = (shared(&faults), name.clone());
+            tokio::spawn(async move { commit(&faults, &account(), &embedder(), &one_record(&name)).await })
+        };
+        gate.reached().await;
+        compact(&store, &account(), &embedder()).await.expect("compact");
+        gate.open();
+        writer.await.expect("the writer").unwrap_or_else(|e| panic!("{fault:?}: the commit landed: {e}"));
+        let manifest = manifest(&store).await;
+        assert_eq!(manifest.segments.len(), 1, "{fault:?}: only the merged segment: {:?}", manifest.segments);
+        let snapshot = assert_index_whole(&store).await;
+        let mut expected = vec!["before".to_owned()];
+        expected.extend((0..=i).map(|j| format!("compacted{j}")));
+        assert_eq!(live_uris(&snapshot), uris_of(&expected), "{fault:?}");
     }
 }
 
