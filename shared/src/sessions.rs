@@ -837,6 +837,10 @@ impl Sessions<'_> {
     ) -> Result<SessionMeta, SessionError> {
         let range = ArchiveRange { summary: how.to_owned(), ..plan.range.clone() };
         let claim_key = self.archive_key(id, range.index, ".meta.json");
+        // A claim of the same range made by an earlier plan that counted
+        // fewer messages (a late append filled a gap since): corrected
+        // once this commit lands.
+        let mut stale_claim = false;
         match self.store.put(&claim_key, encode(&range)?, PutMode::CreateNew).await {
             Ok(_) => {}
             // Taken, or unknown: whose claim is there decides.
@@ -852,6 +856,7 @@ impl Sessions<'_> {
                 if (theirs.from_seq, theirs.to_seq) != (range.from_seq, range.to_seq) {
                     return Err(SessionError::Contention(id.as_str().to_owned()));
                 }
+                stale_claim = theirs.message_count != range.message_count;
             }
             Err(e) => return Err(e.into()),
         }
@@ -871,6 +876,9 @@ impl Sessions<'_> {
                 self.meta(id).await?.ok_or_else(|| SessionError::NotFound(id.as_str().to_owned()))?;
             if meta.archived_seq >= range.to_seq {
                 // This commit (or an earlier attempt of it) already landed.
+                if stale_claim {
+                    self.correct_claim(&claim_key, &range).await;
+                }
                 return Ok(meta);
             }
             if gaps_in(&meta, range.from_seq..range.to_seq) != plan.gaps {
@@ -887,6 +895,9 @@ impl Sessions<'_> {
             meta.updated_at = now.to_owned();
             match self.store.put(&self.meta_key(id), encode(&meta)?, PutMode::IfMatch(etag)).await {
                 Ok(_) => {
+                    if stale_claim {
+                        self.correct_claim(&claim_key, &range).await;
+                    }
                     self.delete_unrecorded(id, &plan.gaps).await;
                     return Ok(meta);
                 }
@@ -903,6 +914,21 @@ impl Sessions<'_> {
             }
         }
         Err(SessionError::Contention(id.as_str().to_owned()))
+    }
+
+    /// Rewrites the archive claim under `key` with `range`'s message count
+    /// once the meta's archive mark has passed the range (the range is
+    /// settled; only the count an earlier plan saw was short). Best
+    /// effort: a failure leaves the short count, logged (the meta's
+    /// archived count stays exact).
+    async fn correct_claim(&self, key: &str, range: &ArchiveRange) {
+        let written = match encode(range) {
+            Ok(body) => self.store.put(key, body, PutMode::Overwrite).await.map(|_| ()).map_err(SessionError::from),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            tracing::warn!(key, error = %e, "an archive claim's message count was not corrected");
+        }
     }
 
     /// Deletes the slots `seqs`, which a landed archive mark has passed

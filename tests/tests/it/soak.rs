@@ -1,21 +1,29 @@
-//! A soak test with a fixed seed: concurrent index commits (with their
-//! compactions), uploads indexed by two overlapping indexers, session
-//! appends (two writers sharing one session too) and context-mode searches
-//! with dedup, over a store that injects random
-//! faults ([`FaultyStore::random`]): writes that land but report a timeout
-//! or 412, writes that fail, throttling, truncated and foreign bodies,
-//! lagging listings. Writers retry what was not acknowledged, as clients
-//! do. At the end, with the faults off, the invariants must hold:
+//! A soak test over seeds: concurrent index commits (with their
+//! compactions), uploads, deletes and moves indexed by two overlapping
+//! indexers, session appends (two writers sharing one session too) and
+//! commits, and context-mode searches with dedup, over a store that injects
+//! random faults ([`FaultyStore::random`]): writes that land but report a
+//! timeout or 412, writes that fail, throttling, truncated and foreign
+//! bodies, lagging listings. Writers retry what was not acknowledged, as
+//! clients do. At the end, with the faults off, the invariants must hold:
 //!
 //! - no manifest references a missing segment, and the index loads;
 //! - every node's record is the last version its writer had acknowledged,
-//!   and every uploaded file is indexed at the content the store holds;
-//! - every acknowledged message is readable exactly once, and each
-//!   session's count equals its readable messages;
-//! - no request answered 500.
+//!   and every uploaded or moved file is indexed at the content the store
+//!   holds (or not at all once deleted or moved away);
+//! - every acknowledged message is counted exactly once, readable exactly
+//!   once while not archived, and the archives cover the archived ones
+//!   back to back;
+//! - no request answered 500, and every operation was acknowledged in the
+//!   end.
 //!
-//! It prints the operations run, the faults injected and what was lost
-//! (which must be 0). `SKALD_SOAK_SEED` replaces the seed.
+//! Each seed runs on a fresh store and prints one line: the operations
+//! run, the faults injected and what was lost (which must be 0). By
+//! default a run soaks the fixed seeds and the day's (its date, so CI
+//! meets a new one every day); `SKALD_SOAK_SEED` (decimal or `0x` hex)
+//! soaks that seed alone, and with `SKALD_SOAK_SEEDS=N` the `N` seeds from
+//! it (loop mode). A failure names each failed seed and how to run it
+//! again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -31,40 +39,92 @@ use skald::uri::VikingUri;
 use skald_tests::faults::{Fault, FaultyStore, Rates};
 use skald_tests::fixture::{
     ACCOUNT, DEFAULT_CORPUS, EMBED_DIMENSION, Handler, SEARCH_PATH, SESSIONS_PATH, TempDir, app_over_store,
-    app_with_corpus_in, call, file_record_of, sessions_get, sessions_post,
+    app_with_corpus_in, call, file_record_of, session_key, sessions_get, sessions_post, store_json, tree_key,
 };
 
-const SEED: u64 = 0x5EED_2026_1203;
+/// The seeds every run soaks, besides the day's.
+const FIXED_SEEDS: [u64; 3] = [0x5EED_2026_1203, 0x5EED_0000_0001, 0x5EED_0000_0002];
 const WRITERS: usize = 3;
 const NODES_PER_WRITER: usize = 3;
 const COMMITS_PER_WRITER: usize = 24;
 const APPENDERS: usize = 2;
 const MESSAGES_PER_APPENDER: usize = 30;
 const SEARCHES: usize = 30;
-/// Files the uploader changes, and its uploads and deletes in all.
+/// Files the uploader changes, and its uploads, deletes and moves in all.
 const FILES: usize = 4;
 const UPLOADS: usize = 40;
+/// Commits of the sessions, spread over the appends.
+const SESSION_COMMITS: usize = 8;
 /// Attempts a writer makes before it gives an operation up (counted as
 /// lost when it was never acknowledged).
 const RETRIES: usize = 40;
 
 const RATES: Rates = Rates { write_per_mille: 60, read_per_mille: 30, corrupt_per_mille: 10, list_per_mille: 20 };
 
-fn seed() -> u64 {
-    std::env::var("SKALD_SOAK_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(SEED)
+/// A seed as written: decimal or `0x` hex.
+fn parse_seed(text: &str) -> Option<u64> {
+    match text.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(&hex.replace('_', ""), 16).ok(),
+        None => text.parse().ok(),
+    }
+}
+
+/// The day's seed: today's UTC date as the number `YYYYMMDD`.
+fn day_seed() -> u64 {
+    let today = time::OffsetDateTime::now_utc().date();
+    let (year, month, day) = (today.year().unsigned_abs(), u32::from(u8::from(today.month())), u32::from(today.day()));
+    u64::from(year * 10_000 + month * 100 + day)
+}
+
+/// The seeds this run soaks: `SKALD_SOAK_SEED` alone, or `SKALD_SOAK_SEEDS`
+/// seeds from it (from the first fixed seed when it is unset); by default
+/// the fixed seeds and the day's.
+fn seeds() -> Vec<u64> {
+    let from = std::env::var("SKALD_SOAK_SEED").ok().map(|s| parse_seed(&s).expect("SKALD_SOAK_SEED is a number"));
+    let count = std::env::var("SKALD_SOAK_SEEDS").ok().map(|s| s.parse::<u64>().expect("SKALD_SOAK_SEEDS is a count"));
+    match (from, count) {
+        (from, Some(n)) => {
+            let from = from.unwrap_or(FIXED_SEEDS[0]);
+            (0..n).map(|i| from.wrapping_add(i)).collect()
+        }
+        (Some(seed), None) => vec![seed],
+        (None, None) => FIXED_SEEDS.iter().copied().chain([day_seed()]).collect(),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn soak_local() {
-    let dir = TempDir::new("soak");
-    let store: SharedStore = Arc::new(skald::store::local::LocalStore::open(dir.path()).expect("open the local store"));
-    soak(store, "local").await;
+    soak_seeds("local").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn soak_s3() {
-    let store: SharedStore = Arc::new(skald_tests::moto::s3_store("soak").await);
-    soak(store, "s3").await;
+    soak_seeds("s3").await;
+}
+
+/// Soaks every seed of [`seeds`] on a fresh store of `backend` (`local` or
+/// `s3`), one after the other, and fails naming each seed that lost
+/// anything.
+async fn soak_seeds(backend: &str) {
+    let seeds = seeds();
+    let mut failed = Vec::new();
+    for &seed in &seeds {
+        let dir = TempDir::new("soak");
+        let store: SharedStore = match backend {
+            "local" => Arc::new(skald::store::local::LocalStore::open(dir.path()).expect("open the local store")),
+            _ => Arc::new(skald_tests::moto::s3_store(&format!("soak-{seed:x}")).await),
+        };
+        if let Err(lost) = soak(store, backend, seed).await {
+            eprintln!("soak ({backend}, seed {seed:#x}) lost:\n{}", lost.join("\n"));
+            failed.push(seed);
+        }
+    }
+    eprintln!("soak ({backend}): {} seeds, {} failed {failed:#x?}", seeds.len(), failed.len());
+    assert!(
+        failed.is_empty(),
+        "soak ({backend}): seeds {failed:#x?} lost data (above); run one again with SKALD_SOAK_SEED=<seed> cargo test -p \
+         skald-tests --test it soak::soak_{backend}"
+    );
 }
 
 /// A record of node `node` of writer `writer` at `version`.
@@ -92,8 +152,9 @@ struct Tally {
     unavailable: AtomicU64,
 }
 
-async fn soak(inner: SharedStore, backend: &str) {
-    let seed = seed();
+/// One soak of `seed` over `inner`: its summary line printed, and what was
+/// lost (never empty) as the error.
+async fn soak(inner: SharedStore, backend: &str, seed: u64) -> Result<(), Vec<String>> {
     // The corpus goes in before the faults start.
     let (_seeded, _source) = app_with_corpus_in(DEFAULT_CORPUS, &[], inner.clone()).await;
     let faulty = Arc::new(FaultyStore::random(inner.clone(), RATES, seed));
@@ -178,17 +239,30 @@ async fn soak(inner: SharedStore, backend: &str) {
     let uploader = {
         let inner = inner.clone();
         tokio::spawn(async move {
+            let mut sequencer = 0x1000_u64;
+            let mut notify_change = |key: String, step: usize| {
+                sequencer += 1;
+                let _ = notify.send(Change { key, at: 1_000 + step as i64, version: Some(format!("{sequencer:X}")) });
+            };
             for step in 0..UPLOADS {
-                let path = format!("resources/soak-idx/f{}.md", step % FILES);
-                let key = format!("accounts/{ACCOUNT}/tree/{path}");
-                if step % 5 == 4 {
-                    inner.delete(&key).await.expect("a user's delete");
-                } else {
-                    let text = format!("# Summary\nSoak file {} at upload {step}.\n", step % FILES);
-                    inner.put(&key, bytes::Bytes::from(text), PutMode::Overwrite).await.expect("a user's upload");
+                let file = step % FILES;
+                let key = tree_key(&format!("resources/soak-idx/f{file}.md"));
+                let held = inner.get(&key).await.ok();
+                match (step % 5, step % 7, held) {
+                    (4, _, _) => inner.delete(&key).await.expect("a user's delete"),
+                    // A move: the file under a new name, then the old name removed.
+                    (_, 3, Some(object)) => {
+                        let to = tree_key(&format!("resources/soak-idx/moved/f{file}.md"));
+                        inner.put(&to, object.body, PutMode::Overwrite).await.expect("a user's move");
+                        inner.delete(&key).await.expect("a user's move");
+                        notify_change(to, step);
+                    }
+                    _ => {
+                        let text = format!("# Summary\nSoak file {file} at upload {step}.\n");
+                        inner.put(&key, bytes::Bytes::from(text), PutMode::Overwrite).await.expect("a user's upload");
+                    }
                 }
-                let version = Some(format!("{:X}", 0x1000 + step));
-                let _ = notify.send(Change { key, at: 1_000 + step as i64, version });
+                notify_change(key, step);
                 tokio::time::sleep(std::time::Duration::from_millis(3)).await;
             }
         })
@@ -229,6 +303,40 @@ async fn soak(inner: SharedStore, backend: &str) {
         })
         .collect();
 
+    // A committer: archives the sessions while they are appended to,
+    // retrying a commit until it is answered (archived or skipped).
+    let committer = {
+        let (app, tally) = (Arc::clone(&app), Arc::clone(&tally));
+        tokio::spawn(async move {
+            for c in 0..SESSION_COMMITS {
+                tokio::time::sleep(std::time::Duration::from_millis(15)).await;
+                let session = if c % 2 == 0 { "shared".to_owned() } else { format!("own-{}", c % APPENDERS) };
+                let path = format!("{SESSIONS_PATH}/{session}/commit");
+                tally.operations.fetch_add(1, Ordering::Relaxed);
+                let mut done = false;
+                for _ in 0..RETRIES {
+                    let reply = sessions_post(&app, &path, &json!({})).await;
+                    match reply.status {
+                        // A session no message has reached yet.
+                        200 | 404 => {
+                            done = true;
+                            break;
+                        }
+                        500 => {
+                            tally.server_errors.fetch_add(1, Ordering::Relaxed);
+                            eprintln!("500 on commit: {}", reply.text);
+                        }
+                        _ => {}
+                    }
+                    tally.retries.fetch_add(1, Ordering::Relaxed);
+                }
+                if !done {
+                    tally.given_up.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+
     // A searcher: context mode with dedup on the shared session.
     let searcher = {
         let (app, tally) = (Arc::clone(&app), Arc::clone(&tally));
@@ -263,6 +371,7 @@ async fn soak(inner: SharedStore, backend: &str) {
         }
     }
     searcher.await.expect("the searcher");
+    committer.await.expect("the committer");
     uploader.await.expect("the uploader");
     for indexer in indexers {
         indexer.await.expect("an indexer");
@@ -271,61 +380,10 @@ async fn soak(inner: SharedStore, backend: &str) {
     // The faults stop here: what is left is judged through the plain store.
     let judge = app_over_store(inner.clone());
     let mut lost = Vec::new();
-    let manifest: skald::index::Manifest =
-        serde_json::from_slice(&inner.get(&manifest_key(&account)).await.expect("the manifest").body).expect("json");
-    for segment in &manifest.segments {
-        if inner.head(&segment.key).await.is_err() {
-            lost.push(format!("the manifest lists {}, which is gone", segment.key));
-        }
-    }
-    let snapshot = IndexSnapshot::load(&inner, &account, None).await.expect("the index loads");
-    for (uri, hash) in &expected_records {
-        let uri = VikingUri::parse(uri).expect("uri");
-        let got = snapshot.get(&uri, LEVEL_FILE).map(|r| r.source_hash.clone());
-        if got.as_deref() != Some(hash.as_str()) {
-            lost.push(format!("{uri}: index holds {got:?}, the last acknowledged commit was {hash}"));
-        }
-    }
-    // The index equals what the store holds: each uploaded file at its
-    // current content, or absent once deleted.
-    for f in 0..FILES {
-        let path = format!("resources/soak-idx/f{f}.md");
-        let stored = match inner.get(&format!("accounts/{ACCOUNT}/tree/{path}")).await {
-            Ok(object) => Some(skald::ingest::source_hash(&object.body)),
-            Err(_) => None,
-        };
-        let uri = VikingUri::parse(&format!("viking://{path}")).expect("uri");
-        let indexed = snapshot.get(&uri, LEVEL_FILE).map(|r| r.source_hash.clone());
-        if indexed != stored {
-            lost.push(format!("{uri}: the index holds {indexed:?}, the store {stored:?}"));
-        }
-    }
-    let corpus = DEFAULT_CORPUS.iter().filter(|(path, _)| !path.contains("/.")).count();
-    assert!(snapshot.len() >= corpus, "the corpus is still indexed: {} records", snapshot.len());
-    let mut messages = 0;
+    judge_index(&inner, &account, &expected_records, &mut lost).await;
+    let (mut messages, mut archives) = (0, 0);
     for (session, ids) in &acknowledged {
-        let info = sessions_get(&judge, &format!("{SESSIONS_PATH}/{session}")).await;
-        let context = sessions_get(&judge, &format!("{SESSIONS_PATH}/{session}/context")).await;
-        assert_eq!((info.status, context.status), (200, 200), "{} {}", info.text, context.text);
-        let readable: Vec<String> = context.json["result"]["messages"]
-            .as_array()
-            .expect("messages")
-            .iter()
-            .map(|m| m["id"].as_str().expect("id").to_owned())
-            .collect();
-        let count = info.json["result"]["message_count"].as_u64().expect("count");
-        if count != readable.len() as u64 {
-            lost.push(format!("session {session}: message_count {count}, {} readable", readable.len()));
-        }
-        let unique: BTreeSet<&String> = readable.iter().collect();
-        if unique.len() != readable.len() {
-            lost.push(format!("session {session}: a message is readable twice: {readable:?}"));
-        }
-        for id in ids {
-            if !unique.contains(id) {
-                lost.push(format!("session {session}: acknowledged message {id} is not readable"));
-            }
-        }
+        archives += judge_session(&judge, &inner, session, ids, &mut lost).await;
         messages += ids.len();
     }
     let injected = faulty.injected();
@@ -337,20 +395,148 @@ async fn soak(inner: SharedStore, backend: &str) {
         };
         *by_fault.entry(name).or_default() += 1;
     }
+    if injected.len() <= 20 {
+        lost.push(format!("the soak injected only {} faults", injected.len()));
+    }
+    let (given_up, server_errors) =
+        (tally.given_up.load(Ordering::Relaxed), tally.server_errors.load(Ordering::Relaxed));
+    if given_up > 0 {
+        lost.push(format!("{given_up} operations were never acknowledged"));
+    }
+    if server_errors > 0 {
+        lost.push(format!("{server_errors} requests answered 500"));
+    }
     eprintln!(
-        "soak ({backend}, seed {seed:#x}): {} operations ({} index commits, {UPLOADS} uploads through the indexers, {messages} acknowledged messages, {SEARCHES} searches), {} store calls, {} faults injected {by_fault:?}, {} retries, {} given up, {} searches answered 503, {} answers 500, lost: {}",
+        "soak ({backend}, seed {seed:#x}): {} operations ({} index commits, {UPLOADS} uploads, deletes and moves \
+         through the indexers, {messages} acknowledged messages, {SESSION_COMMITS} session commits making {archives} \
+         archives, {SEARCHES} searches), {} store calls, {} faults injected {by_fault:?}, {} retries, {given_up} given up, {} searches \
+         answered 503, {server_errors} answers 500, lost: {}",
         tally.operations.load(Ordering::Relaxed),
         WRITERS * COMMITS_PER_WRITER,
         faulty.calls(),
         injected.len(),
         tally.retries.load(Ordering::Relaxed),
-        tally.given_up.load(Ordering::Relaxed),
         tally.unavailable.load(Ordering::Relaxed),
-        tally.server_errors.load(Ordering::Relaxed),
         lost.len(),
     );
-    assert!(lost.is_empty(), "lost under faults:\n{}", lost.join("\n"));
-    assert!(injected.len() > 20, "the soak injected faults: {}", injected.len());
-    assert_eq!(tally.given_up.load(Ordering::Relaxed), 0, "every operation was acknowledged in the end");
-    assert_eq!(tally.server_errors.load(Ordering::Relaxed), 0, "no request answered 500");
+    if lost.is_empty() { Ok(()) } else { Err(lost) }
+}
+
+/// The index after the soak: whole (every segment the manifest lists is
+/// there, and it loads), each writer's nodes at their last acknowledged
+/// commit, each uploaded file at what the store holds, the corpus intact.
+async fn judge_index(
+    inner: &SharedStore,
+    account: &AccountId,
+    expected_records: &BTreeMap<String, String>,
+    lost: &mut Vec<String>,
+) {
+    let manifest: skald::index::Manifest =
+        serde_json::from_slice(&inner.get(&manifest_key(account)).await.expect("the manifest").body).expect("json");
+    for segment in &manifest.segments {
+        if inner.head(&segment.key).await.is_err() {
+            lost.push(format!("the manifest lists {}, which is gone", segment.key));
+        }
+    }
+    let snapshot = match IndexSnapshot::load(inner, account, None).await {
+        Ok(snapshot) => snapshot,
+        Err(e) => return lost.push(format!("the index does not load: {e}")),
+    };
+    for (uri, hash) in expected_records {
+        let uri = VikingUri::parse(uri).expect("uri");
+        let got = snapshot.get(&uri, LEVEL_FILE).map(|r| r.source_hash.clone());
+        if got.as_deref() != Some(hash.as_str()) {
+            lost.push(format!("{uri}: index holds {got:?}, the last acknowledged commit was {hash}"));
+        }
+    }
+    // The index equals what the store holds: each uploaded file at its
+    // current content, or absent once deleted or moved away.
+    for f in 0..FILES {
+        for path in [format!("resources/soak-idx/f{f}.md"), format!("resources/soak-idx/moved/f{f}.md")] {
+            let stored = match inner.get(&tree_key(&path)).await {
+                Ok(object) => Some(skald::ingest::source_hash(&object.body)),
+                Err(_) => None,
+            };
+            let uri = VikingUri::parse(&format!("viking://{path}")).expect("uri");
+            let indexed = snapshot.get(&uri, LEVEL_FILE).map(|r| r.source_hash.clone());
+            if indexed != stored {
+                lost.push(format!("{uri}: the index holds {indexed:?}, the store {stored:?}"));
+            }
+        }
+    }
+    let corpus = DEFAULT_CORPUS.iter().filter(|(path, _)| !path.contains("/.")).count();
+    if snapshot.len() < corpus {
+        lost.push(format!("the corpus is no longer indexed: {} records", snapshot.len()));
+    }
+}
+
+/// Session `session` after the soak, given the message ids acknowledged
+/// to it (`ids`, every message sent): each counted once, the ones not yet
+/// archived readable exactly once, the archives back to back from the
+/// first message, and every other one in a slot they passed. Returns the
+/// archives it has.
+async fn judge_session(
+    judge: &Arc<skald::app::App>,
+    inner: &SharedStore,
+    session: &str,
+    ids: &[String],
+    lost: &mut Vec<String>,
+) -> u64 {
+    let info = sessions_get(judge, &format!("{SESSIONS_PATH}/{session}")).await;
+    let context = sessions_get(judge, &format!("{SESSIONS_PATH}/{session}/context")).await;
+    if (info.status, context.status) != (200, 200) {
+        lost.push(format!("session {session} does not read: {} {}", info.text, context.text));
+        return 0;
+    }
+    let readable: Vec<String> = context.json["result"]["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| m["id"].as_str().expect("id").to_owned())
+        .collect();
+    let count = |name: &str| info.json["result"][name].as_u64().expect("a count");
+    let (live, total, commits) = (count("message_count"), count("total_message_count"), count("commit_count"));
+    if total != ids.len() as u64 {
+        lost.push(format!("session {session}: {total} messages counted, {} acknowledged", ids.len()));
+    }
+    if live != readable.len() as u64 {
+        lost.push(format!("session {session}: message_count {live}, {} readable", readable.len()));
+    }
+    let unique: BTreeSet<&String> = readable.iter().collect();
+    if unique.len() != readable.len() {
+        lost.push(format!("session {session}: a message is readable twice: {readable:?}"));
+    }
+    if let Some(stranger) = readable.iter().find(|id| !ids.contains(id)) {
+        lost.push(format!("session {session}: message {stranger} was never acknowledged"));
+    }
+    // The archives, back to back from the first message; the messages
+    // they passed, as their slots hold them.
+    let mut mark = 0;
+    for n in 1..=commits {
+        let claim = format!("history/{}/.meta.json", skald::sessions::archive_name(n));
+        let Some(range) = store_json(inner, &session_key("default", session, &claim)).await else {
+            lost.push(format!("session {session}: archive {n} has no claim"));
+            continue;
+        };
+        let (from, to) = (range["from_seq"].as_u64().expect("from"), range["to_seq"].as_u64().expect("to"));
+        if from != mark {
+            lost.push(format!("session {session}: archive {n} starts at {from}, the one before ends at {mark}"));
+        }
+        mark = to;
+    }
+    let slots = inner.list(&session_key("default", session, "messages/")).await.expect("list the slots");
+    let mut archived = BTreeSet::new();
+    for slot in slots {
+        let seq: u64 = slot.key.rsplit('/').next().and_then(|n| n.strip_suffix(".json")?.parse().ok()).expect("a slot");
+        if seq < mark {
+            let message = store_json(inner, &slot.key).await.expect("an archived slot");
+            archived.insert(message["id"].as_str().expect("id").to_owned());
+        }
+    }
+    for id in ids {
+        if !unique.contains(id) && !archived.contains(id) {
+            lost.push(format!("session {session}: acknowledged message {id} is neither live nor archived"));
+        }
+    }
+    commits
 }
