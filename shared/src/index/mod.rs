@@ -707,6 +707,8 @@ pub struct IndexSnapshot {
     segments: Vec<(String, Arc<Segment>)>,
     live: Vec<Vec<bool>>,
     live_count: usize,
+    /// Where each live record is, by `(uri, level)`.
+    rows: Rows,
     deleted: Deleted,
     memory_bytes: usize,
     /// The live records' average length in keyword terms, counted on the
@@ -735,15 +737,17 @@ impl IndexSnapshot {
     /// from S3 Vectors, searched exactly. Cost: none beyond the move.
     #[must_use]
     pub fn from_records(manifest: Option<Manifest>, dimension: usize, records: Vec<Record>, vectors: Vec<f32>) -> Self {
-        let count = records.len();
-        let segment = Segment { dim: dimension, records, vectors, ..Segment::default() };
+        let segments =
+            vec![(String::new(), Arc::new(Segment { dim: dimension, records, vectors, ..Segment::default() }))];
+        let (live, live_count, rows, deleted) = liveness(&segments);
         Self {
             etag: None,
             manifest,
-            segments: vec![(String::new(), Arc::new(segment))],
-            live: vec![vec![true; count]],
-            live_count: count,
-            deleted: Deleted::new(),
+            segments,
+            live,
+            live_count,
+            rows,
+            deleted,
             memory_bytes: 0,
             average_terms: std::sync::OnceLock::new(),
         }
@@ -815,15 +819,17 @@ impl IndexSnapshot {
             .buffered(SEGMENT_CONCURRENCY)
             .try_collect()
             .await?;
-        let (live, live_count, deleted) = liveness(&segments);
+        let (live, live_count, rows, deleted) = liveness(&segments);
         let memory_bytes = segments.iter().map(|(key, seg)| key.len() + seg.memory_bytes()).sum::<usize>()
-            + live.iter().map(Vec::len).sum::<usize>();
+            + live.iter().map(Vec::len).sum::<usize>()
+            + rows.memory_bytes();
         Ok(Self {
             etag: Some(etag),
             manifest: Some(manifest),
             segments,
             live,
             live_count,
+            rows,
             deleted,
             memory_bytes,
             average_terms: std::sync::OnceLock::new(),
@@ -833,7 +839,7 @@ impl IndexSnapshot {
     /// The version of the newest entry the index holds for `(uri, level)`:
     /// `Some(version)` for a live record or a tombstone that removed the
     /// node (`version` is `None` for unversioned entries), `None` when the
-    /// index never held the node. Cost: a scan of the records.
+    /// index never held the node. Cost: two hash lookups.
     #[must_use]
     pub fn version_of(&self, uri: &VikingUri, level: Level) -> Option<Option<&str>> {
         match self.get(uri, level) {
@@ -905,16 +911,21 @@ impl IndexSnapshot {
         })
     }
 
-    /// The live record for `(uri, level)`.
+    /// The live record for `(uri, level)`. Cost: a hash lookup.
     #[must_use]
     pub fn get(&self, uri: &VikingUri, level: Level) -> Option<&Record> {
-        self.records().map(|(r, _)| r).find(|r| &r.uri == uri && r.level == level)
+        self.get_with_vector(uri, level).map(|(r, _)| r)
     }
 
-    /// The live record for `(uri, level)` with its vector.
+    /// The live record for `(uri, level)` with its vector. Cost: a hash
+    /// lookup.
     #[must_use]
     pub fn get_with_vector(&self, uri: &VikingUri, level: Level) -> Option<(&Record, &[f32])> {
-        self.records().find(|(r, _)| &r.uri == uri && r.level == level)
+        self.rows.find(uri, level, |s, i| {
+            let seg = &self.segments[s].1;
+            let record = &seg.records[i];
+            (&record.uri == uri && record.level == level).then(|| (record, seg.vector(i)))
+        })
     }
 
     /// The live records merged into one segment (for compaction), with the
@@ -1149,9 +1160,54 @@ fn sanitize(x: f64) -> f64 {
 /// version.
 type Deleted = HashMap<(VikingUri, Level), Option<String>>;
 
-fn liveness(segments: &[(String, Arc<Segment>)]) -> (Vec<Vec<bool>>, usize, Deleted) {
+/// The live records by `(uri, level)`: each key's hash to its segment and
+/// row. Two keys whose hashes collide (never seen, but possible) keep the
+/// second in `collided`, searched when the first does not match. Cost per
+/// record: one entry (about 24 bytes), no copy of its URI.
+#[derive(Debug, Default)]
+struct Rows {
+    by_hash: HashMap<u64, (u32, u32)>,
+    collided: Vec<(u64, u32, u32)>,
+}
+
+impl Rows {
+    fn key(uri: &VikingUri, level: Level) -> u64 {
+        use std::hash::Hasher as _;
+        let mut hasher = std::hash::DefaultHasher::new();
+        hasher.write(uri.as_str().as_bytes());
+        hasher.write_u8(level);
+        hasher.finish()
+    }
+
+    fn insert(&mut self, uri: &VikingUri, level: Level, s: usize, i: usize) {
+        let (s, i) = (s as u32, i as u32);
+        let hash = Self::key(uri, level);
+        match self.by_hash.entry(hash) {
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert((s, i));
+            }
+            std::collections::hash_map::Entry::Occupied(_) => self.collided.push((hash, s, i)),
+        }
+    }
+
+    /// The first row `check` accepts among those hashed like `(uri, level)`.
+    fn find<T>(&self, uri: &VikingUri, level: Level, check: impl Fn(usize, usize) -> Option<T>) -> Option<T> {
+        let hash = Self::key(uri, level);
+        let (s, i) = *self.by_hash.get(&hash)?;
+        check(s as usize, i as usize).or_else(|| {
+            self.collided.iter().filter(|(h, ..)| *h == hash).find_map(|&(_, s, i)| check(s as usize, i as usize))
+        })
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.by_hash.capacity() * 24 + self.collided.capacity() * 16
+    }
+}
+
+fn liveness(segments: &[(String, Arc<Segment>)]) -> (Vec<Vec<bool>>, usize, Rows, Deleted) {
     let mut seen: HashSet<(&VikingUri, Level)> = HashSet::new();
     let mut live: Vec<Vec<bool>> = segments.iter().map(|(_, s)| vec![false; s.records.len()]).collect();
+    let mut rows = Rows::default();
     let mut deleted = Deleted::new();
     let mut count = 0;
     for (s, (_, seg)) in segments.iter().enumerate().rev() {
@@ -1160,6 +1216,7 @@ fn liveness(segments: &[(String, Arc<Segment>)]) -> (Vec<Vec<bool>>, usize, Dele
         for (i, r) in seg.records.iter().enumerate().rev() {
             if seen.insert((&r.uri, r.level)) {
                 live[s][i] = true;
+                rows.insert(&r.uri, r.level, s, i);
                 count += 1;
             }
         }
@@ -1169,7 +1226,7 @@ fn liveness(segments: &[(String, Arc<Segment>)]) -> (Vec<Vec<bool>>, usize, Dele
             }
         }
     }
-    (live, count, deleted)
+    (live, count, rows, deleted)
 }
 
 /// Keeps accounts' loaded indexes warm between requests, revalidates each
@@ -1354,5 +1411,48 @@ mod tests {
         let mut behind = manifest(6, &["b", "c"]);
         behind.generation = 7;
         assert_eq!(behind.written_by("ours", 4), None);
+    }
+
+    #[test]
+    fn a_lookup_finds_the_live_row_past_a_hash_collision() {
+        let mut rows = Rows::default();
+        // Two keys that hash alike (forced): the second is found by its check.
+        rows.by_hash.insert(7, (0, 0));
+        rows.collided.push((7, 0, 1));
+        let uri = VikingUri::parse("viking://resources/a.md").expect("uri");
+        let hash = Rows::key(&uri, 2);
+        rows.by_hash.insert(hash, (0, 0));
+        rows.collided.push((hash, 0, 1));
+        assert_eq!(rows.find(&uri, 2, |s, i| (i == 1).then_some((s, i))), Some((0, 1)));
+        assert_eq!(rows.find(&uri, 2, |_, _| None::<()>), None);
+        assert_eq!(rows.find(&uri, 1, |s, i| Some((s, i))), None, "another level is another key");
+    }
+
+    #[test]
+    fn lookups_agree_with_a_scan_of_the_live_records() {
+        let record = |uri: &str, level: Level, hash: &str| {
+            serde_json::from_value::<Record>(serde_json::json!({
+                "uri": uri, "level": level, "context_type": "resource", "category": "resources",
+                "abstract": "", "abstract_tokens": 0, "size": 0, "source_hash": hash, "created_at": 0, "updated_at": 0
+            }))
+            .expect("a record")
+        };
+        // The later record of a key wins within a segment.
+        let records = vec![
+            record("viking://resources/a.md", 2, "old"),
+            record("viking://resources/b.md", 2, "b"),
+            record("viking://resources/a.md", 2, "new"),
+            record("viking://resources/dir", 0, "d0"),
+            record("viking://resources/dir", 1, "d1"),
+        ];
+        let snapshot = IndexSnapshot::from_records(None, 1, records, vec![0.5; 5]);
+        assert_eq!(snapshot.len(), 4);
+        for (r, _) in snapshot.records() {
+            assert_eq!(snapshot.get(&r.uri, r.level).map(|g| &g.source_hash), Some(&r.source_hash));
+        }
+        let a = VikingUri::parse("viking://resources/a.md").expect("uri");
+        assert_eq!(snapshot.get(&a, 2).map(|r| r.source_hash.as_str()), Some("new"));
+        assert!(snapshot.get(&a, 0).is_none());
+        assert_eq!(snapshot.version_of(&a, 2), Some(None));
     }
 }
