@@ -1235,14 +1235,23 @@ fn liveness(segments: &[(String, Arc<Segment>)]) -> (Vec<Vec<bool>>, usize, Rows
 /// to more than `max_bytes` ([`IndexSnapshot::resident_bytes`], keyword
 /// postings included once built; counted at each load), the least
 /// recently used accounts' snapshots are dropped (the one just served is
-/// always kept, even alone over the bound).
+/// always kept, even alone over the bound). Accounts are checked and
+/// loaded independently: requests for one account share its load, and a
+/// slow load of one account holds up no other.
 #[derive(Debug)]
 pub struct IndexCache {
     store: SharedStore,
     revalidate_after: Duration,
     max_bytes: usize,
-    entries: tokio::sync::Mutex<CacheEntries>,
+    /// Held only between awaits, never across one.
+    entries: std::sync::Mutex<CacheEntries>,
+    /// One lock per account, held while its snapshot is checked or loaded.
+    loading: std::sync::Mutex<HashMap<AccountId, Arc<tokio::sync::Mutex<()>>>>,
     resident: std::sync::atomic::AtomicUsize,
+}
+
+fn locked<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[derive(Debug, Default)]
@@ -1280,7 +1289,8 @@ impl IndexCache {
             store,
             revalidate_after,
             max_bytes,
-            entries: tokio::sync::Mutex::new(CacheEntries::default()),
+            entries: std::sync::Mutex::new(CacheEntries::default()),
+            loading: std::sync::Mutex::new(HashMap::new()),
             resident: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -1317,28 +1327,39 @@ impl IndexCache {
     }
 
     async fn checked(&self, account: &AccountId, trust: Duration) -> Result<Arc<IndexSnapshot>, IndexError> {
-        let mut entries = self.entries.lock().await;
-        entries.clock += 1;
-        let now = entries.clock;
-        if let Some(entry) = entries.by_account.get_mut(account) {
-            entry.used = now;
-            if entry.checked.elapsed() < trust {
-                return Ok(Arc::clone(&entry.snapshot));
+        let gate = Arc::clone(locked(&self.loading).entry(account.clone()).or_default());
+        let _loading = gate.lock().await;
+        let cached = {
+            let mut entries = locked(&self.entries);
+            entries.clock += 1;
+            let now = entries.clock;
+            entries.by_account.get_mut(account).map(|entry| {
+                entry.used = now;
+                (Arc::clone(&entry.snapshot), entry.checked)
+            })
+        };
+        if let Some((snapshot, checked)) = &cached {
+            if checked.elapsed() < trust {
+                return Ok(Arc::clone(snapshot));
             }
             let current = match self.store.head(&manifest_key(account)).await {
                 Ok(meta) => Some(meta.etag),
                 Err(StoreError::NotFound(_)) => None,
                 Err(e) => return Err(e.into()),
             };
-            if current == entry.snapshot.etag {
-                entry.checked = Instant::now();
-                return Ok(Arc::clone(&entry.snapshot));
+            if current == snapshot.etag {
+                if let Some(entry) = locked(&self.entries).by_account.get_mut(account) {
+                    entry.checked = Instant::now();
+                }
+                return Ok(Arc::clone(snapshot));
             }
         }
-        let previous = entries.by_account.get(account).map(|e| Arc::clone(&e.snapshot));
+        let previous = cached.map(|(snapshot, _)| snapshot);
         let loaded = Arc::new(IndexSnapshot::load(&self.store, account, previous.as_deref()).await?);
         drop(previous);
-        let entry = CacheEntry { snapshot: Arc::clone(&loaded), checked: Instant::now(), used: now };
+        let mut entries = locked(&self.entries);
+        entries.clock += 1;
+        let entry = CacheEntry { snapshot: Arc::clone(&loaded), checked: Instant::now(), used: entries.clock };
         entries.by_account.insert(account.clone(), entry);
         self.evict(&mut entries, account);
         Ok(loaded)
@@ -1360,6 +1381,12 @@ impl IndexCache {
                 break;
             };
             if let Some(evicted) = entries.by_account.remove(&oldest) {
+                // Its lock goes too, unless a request is at it.
+                let mut loading = locked(&self.loading);
+                if loading.get(&oldest).is_some_and(|gate| Arc::strong_count(gate) == 1) {
+                    loading.remove(&oldest);
+                }
+                drop(loading);
                 let bytes = evicted.snapshot.resident_bytes();
                 total -= bytes;
                 tracing::info!(account = %oldest, bytes, "index evicted from the warm cache");

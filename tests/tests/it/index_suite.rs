@@ -43,6 +43,7 @@ skald_tests::on_both_stores!(worker_threads = 4;
     mixing_embedders_is_refused(shared),
     cache_reuses_and_revalidates_snapshots(shared),
     cache_keeps_within_its_memory_bound(shared),
+    a_slow_account_load_holds_up_no_other(shared),
     ordered_commits_never_go_back(shared),
     events_decay_with_age(shared),
     keyword_search_sees_only_live_records(shared),
@@ -864,6 +865,40 @@ async fn cache_keeps_within_its_memory_bound(store: &SharedStore) {
     assert_eq!(tiny.snapshot(&accounts[0]).await.expect("served").len(), 20);
     assert_eq!(tiny.snapshot(&accounts[1]).await.expect("served").len(), 21);
     assert!(tiny.usage().bytes < one * 2, "only the last account is held: {:?}", tiny.usage());
+}
+
+/// One account's index load, held at its manifest read, does not hold up
+/// another account's snapshot from the same cache; a second request for
+/// the held account waits for that load and shares it.
+async fn a_slow_account_load_holds_up_no_other(store: &SharedStore) {
+    use skald_tests::faults::{Fault, FaultyStore, Gate, Op, Rule};
+    let slow = AccountId::new("slow").expect("account");
+    let one = |name: &str| segment(vec![(record(&format!("viking://resources/{name}.md"), LEVEL_FILE), axis(0))], &[]);
+    commit(store, &slow, &embedder(), &one("s")).await.expect("commit");
+    commit_ok(store, &one("fast")).await;
+    let gate = Gate::default();
+    let held = Rule::nth(Op::Get, "accounts/slow/index/manifest.json", 1, Fault::Wait(gate.clone()));
+    let faults = Arc::new(FaultyStore::new(Arc::clone(store), vec![held]));
+    let cache = Arc::new(IndexCache::new(Arc::clone(&faults) as SharedStore, Duration::ZERO, usize::MAX));
+    let first = tokio::spawn({
+        let (cache, slow) = (Arc::clone(&cache), slow.clone());
+        async move { cache.snapshot(&slow).await }
+    });
+    gate.reached().await;
+    let second = tokio::spawn({
+        let (cache, slow) = (Arc::clone(&cache), slow.clone());
+        async move { cache.snapshot(&slow).await }
+    });
+    let fast = tokio::time::timeout(Duration::from_secs(5), cache.snapshot(&account()))
+        .await
+        .expect("another account's snapshot is not held up by the slow load")
+        .expect("snapshot");
+    assert_eq!(fast.len(), 1);
+    gate.open();
+    let first = first.await.expect("join").expect("the slow account loads");
+    let second = second.await.expect("join").expect("the slow account again");
+    assert_eq!(first.len(), 1);
+    assert!(Arc::ptr_eq(&first, &second), "the second request shared the first's load");
 }
 
 async fn ordered_commits_never_go_back(store: &SharedStore) {
