@@ -31,7 +31,10 @@ export AWS_EC2_METADATA_DISABLED=true
 # The USE-m3 model for the parity and retrieval-quality suites (idempotent).
 scripts/setup-model.sh
 
-cargo test --workspace --locked
+# Everything but the append crowds, which run on their own next (their
+# load would slow every other suite's S3 calls).
+cargo test --workspace --locked -- --skip append_load::
+cargo test --locked -p skald-tests --test it -- append_load::
 
 # The route suites once more with every account on the S3 Vectors index
 # backend (the tests' in-process emulator, driven by the real client).

@@ -65,6 +65,37 @@ pub enum SessionError {
     /// Too many concurrent writers.
     #[error("session {0} is too busy; retry")]
     Contention(String),
+    /// An append gave up at its stop, crowded out by concurrent appends to
+    /// the session: nothing was applied, and a retry after `retry_after_s`
+    /// seconds (with the same message id) applies it once.
+    #[error("session {session} is busy with concurrent appends; retry in {retry_after_s} s")]
+    Busy {
+        /// The session.
+        session: String,
+        /// Seconds to wait before retrying (1 to [`MAX_RETRY_AFTER_S`],
+        /// spread so that the crowd's retries do not meet again).
+        retry_after_s: u64,
+    },
+}
+
+/// Meta compare-and-swaps an append may lose before it stops, crowded out
+/// ([`SessionError::Busy`]): past this, waiting its turn in the crowd costs
+/// the store more than coming back later.
+pub const APPEND_LOST_SWAPS: u32 = 8;
+/// The longest wait a crowded-out append is told to take.
+pub const MAX_RETRY_AFTER_S: u64 = 30;
+
+impl SessionError {
+    /// Crowded out behind about `ahead` appends in flight, each
+    /// compare-and-swap round having taken `round` (one append lands per
+    /// round at best): told to come back at a random second within what
+    /// the crowd ahead needs to drain (2 to [`MAX_RETRY_AFTER_S`] seconds),
+    /// so that the crowd's retries spread out rather than meet again.
+    fn busy(id: &SessionId, ahead: u64, round: std::time::Duration) -> Self {
+        let drain = (ahead as f64 * round.as_secs_f64()).ceil() as u64;
+        let window = drain.clamp(2, MAX_RETRY_AFTER_S);
+        Self::Busy { session: id.as_str().to_owned(), retry_after_s: 1 + crate::index::unique() % window }
+    }
 }
 
 /// A validated session id: 1-128 characters of `[A-Za-z0-9_.-]`, not `.`
@@ -422,20 +453,32 @@ impl<'a> Sessions<'a> {
     /// the meta does not record, which no read shows; a retry with the same
     /// message id appends it once.
     ///
+    /// Crowds: a slot another append took sends this one a little further
+    /// on (a random step that doubles with each slot lost in a row, up to
+    /// 64), so `n` simultaneous appends claim in a few tries each rather
+    /// than walking the `n` slots one by one; the slots skipped are gaps
+    /// no read shows, until a later append claims them. At `give_up_at`, or after [`APPEND_LOST_SWAPS`] lost
+    /// compare-and-swaps, once a meta read shows the append did not land,
+    /// it stops with nothing applied ([`SessionError::Busy`], with a wait
+    /// sized to the crowd ahead).
+    ///
     /// # Errors
-    /// Store errors (after [`UNKNOWN_ATTEMPTS`] unknown outcomes in a row),
-    /// or contention after many retries.
+    /// [`SessionError::Busy`] when crowded out; store errors (after
+    /// [`UNKNOWN_ATTEMPTS`] unknown outcomes in a row); contention after
+    /// many retries.
     pub async fn append(
         &self,
         id: &SessionId,
         mut message: StoredMessage,
         now: &str,
+        give_up_at: std::time::Instant,
     ) -> Result<Appended, SessionError> {
         let is_user = message.role == "user";
         let tokens = message.token_estimate();
         message.claim = Some(format!("{:016x}", crate::index::unique()));
         let mut claimed: Option<u64> = None;
-        let mut unknown = 0;
+        let (mut unknown, mut lost) = (0, 0);
+        let started = std::time::Instant::now();
         // The first attempt works on the meta read (or created) here.
         let mut first = Some(self.meta_or_create(id, now).await?);
         for attempt in 1..=CAS_ATTEMPTS {
@@ -457,6 +500,12 @@ impl<'a> Sessions<'a> {
                 }
                 None => {}
             }
+            // Not applied, as this read shows: the one point to stop cleanly.
+            if std::time::Instant::now() >= give_up_at || lost >= APPEND_LOST_SWAPS {
+                // The appends in flight: those that claimed a slot below ours.
+                let ahead = claimed.map_or(0, |seq| seq.saturating_sub(meta.end_seq())).max(u64::from(lost));
+                return Err(SessionError::busy(id, ahead, started.elapsed() / attempt));
+            }
             if let Some(seq) = claimed.filter(|seq| *seq < meta.archived_seq) {
                 // A commit archived past our slot while we waited (and will
                 // delete it: no append claims below the archive mark):
@@ -471,7 +520,7 @@ impl<'a> Sessions<'a> {
             let seq = match claimed {
                 Some(seq) => seq,
                 None => {
-                    let seq = self.claim_slot(id, &mut message, meta.end_seq()).await?;
+                    let seq = self.claim_slot(id, &mut message, meta.end_seq(), give_up_at, started).await?;
                     claimed = Some(seq);
                     seq
                 }
@@ -479,7 +528,10 @@ impl<'a> Sessions<'a> {
             meta.record(&message.id, seq, tokens, is_user, now);
             match self.store.put(&self.meta_key(id), encode(&meta)?, PutMode::IfMatch(etag)).await {
                 Ok(_) => return Ok(Appended { meta, added: true }),
-                Err(StoreError::Conflict(_)) => backoff(attempt).await,
+                Err(StoreError::Conflict(_)) => {
+                    lost += 1;
+                    backoff(attempt).await;
+                }
                 Err(e @ StoreError::Backend { .. }) => {
                     unknown += 1;
                     if unknown >= UNKNOWN_ATTEMPTS {
@@ -494,18 +546,34 @@ impl<'a> Sessions<'a> {
         Err(SessionError::Contention(id.as_str().to_owned()))
     }
 
-    /// Claims the first free slot at or after `from` for `message` (its
-    /// `seq` set to the slot) by create-if-absent. A create that answers
-    /// "taken" or fails without an answer is read back: a slot that holds
-    /// this append's claim token is its own; a missing one after an
-    /// unknown outcome is tried again; any other is the next slot's turn.
+    /// Claims a free slot at or after `from` for `message` (its `seq` set
+    /// to the slot) by create-if-absent. A create that answers "taken" or
+    /// fails without an answer is read back: a slot that holds this
+    /// append's claim token is its own; a missing one after an unknown
+    /// outcome is tried again; any other sends the claim on by a random step
+    /// that doubles with each slot lost in a row (up to 64), so that `n`
+    /// simultaneous appends claim in a few tries each rather than walking
+    /// the `n` slots one by one.
     ///
     /// # Errors
-    /// Store errors (after [`UNKNOWN_ATTEMPTS`] unknown outcomes in a row).
-    async fn claim_slot(&self, id: &SessionId, message: &mut StoredMessage, from: u64) -> Result<u64, SessionError> {
+    /// [`SessionError::Busy`] at `give_up_at` (a slot claimed before stays
+    /// an unrecorded gap); store errors (after [`UNKNOWN_ATTEMPTS`] unknown
+    /// outcomes in a row).
+    async fn claim_slot(
+        &self,
+        id: &SessionId,
+        message: &mut StoredMessage,
+        from: u64,
+        give_up_at: std::time::Instant,
+        started: std::time::Instant,
+    ) -> Result<u64, SessionError> {
         let mut seq = from;
-        let mut unknown = 0;
+        let (mut unknown, mut lost, mut tries) = (0, 0_u32, 1_u32);
         loop {
+            if std::time::Instant::now() >= give_up_at {
+                return Err(SessionError::busy(id, seq - from, started.elapsed() / tries));
+            }
+            tries += 1;
             message.seq = seq;
             let key = self.message_key(id, seq);
             let error = match self.store.put(&key, encode(&*message)?, PutMode::CreateNew).await {
@@ -526,14 +594,15 @@ impl<'a> Sessions<'a> {
                     if holder.ok().flatten().is_some_and(|claim| message.claim.as_ref() == Some(&claim)) {
                         return Ok(seq);
                     }
-                    seq += 1;
                 }
                 // Nothing landed: try the same slot again.
-                Err(StoreError::NotFound(_)) if ambiguous => {}
-                // Taken, then given back: the next slot.
-                Err(StoreError::NotFound(_)) => seq += 1,
+                Err(StoreError::NotFound(_)) if ambiguous => continue,
+                // Taken, then given back: on.
+                Err(StoreError::NotFound(_)) => {}
                 Err(e) => return Err(e.into()),
             }
+            lost += 1;
+            seq += 1 + crate::index::unique() % (1 << lost.min(6));
         }
     }
 
@@ -1081,11 +1150,13 @@ pub fn extractive_summary(messages: &[StoredMessage]) -> ArchiveSummary {
     ArchiveSummary { overview, abstract_text }
 }
 
-/// The pause before compare-and-swap attempt `attempt + 1` on a meta: a
-/// few milliseconds, growing with the attempt, jittered so that racing
-/// writers spread out.
+/// The pause before compare-and-swap attempt `attempt + 1` on a meta:
+/// random within a window that doubles with each lost attempt (16 ms,
+/// 32 ms, … up to 1 s), so that a crowd of writers spreads out instead of
+/// meeting again at once.
 async fn backoff(attempt: u32) {
-    let ms = u64::from(attempt.min(10)) * 3 + crate::index::unique() % 7;
+    let window = 8_u64 << attempt.clamp(1, 7);
+    let ms = crate::index::unique() % window.min(1000);
     tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
 }
 

@@ -82,6 +82,15 @@ pub enum ApiError {
     /// A conflicting write: 409.
     #[error("{0}")]
     Conflict(String),
+    /// Crowded out by concurrent writes, nothing applied: 429
+    /// `RESOURCE_EXHAUSTED` with `Retry-After: {retry_after_s}`.
+    #[error("{message}")]
+    Busy {
+        /// What was busy, for the client.
+        message: String,
+        /// Seconds the client should wait before retrying.
+        retry_after_s: u64,
+    },
     /// A dependency failed and nothing useful can be returned: 503.
     #[error("{0}")]
     Unavailable(String),
@@ -118,6 +127,7 @@ impl ApiError {
             Self::MethodNotAllowed(..) => 405,
             Self::Conflict(_) => 409,
             Self::PayloadTooLarge { .. } => 413,
+            Self::Busy { .. } => 429,
             Self::Internal(_) => 500,
             Self::Unavailable(_) | Self::Dependency { .. } => 503,
         }
@@ -134,6 +144,7 @@ impl ApiError {
             Self::MethodNotAllowed(..) => "METHOD_NOT_ALLOWED",
             Self::Conflict(_) => "CONFLICT",
             Self::PayloadTooLarge { .. } => "PAYLOAD_TOO_LARGE",
+            Self::Busy { .. } => "RESOURCE_EXHAUSTED",
             Self::Internal(_) => "INTERNAL",
             Self::Unavailable(_) | Self::Dependency { .. } => "UNAVAILABLE",
         }

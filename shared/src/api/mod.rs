@@ -180,7 +180,11 @@ pub fn error_response(error: &ApiError) -> Response<String> {
         tracing::error!(code = error.code(), message = %error, detail = error.detail().unwrap_or(""), "request failed");
     }
     let status = StatusCode::from_u16(error.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    json_response(status, &error.body())
+    let mut response = json_response(status, &error.body());
+    if let ApiError::Busy { retry_after_s, .. } = error {
+        response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(*retry_after_s));
+    }
+    response
 }
 
 fn json_response(status: StatusCode, body: &Value) -> Response<String> {

@@ -52,6 +52,19 @@ pub const MAX_BATCH: usize = 100;
 /// (`"truncated": true`).
 pub const BATCH_APPEND_RESERVE: std::time::Duration = std::time::Duration::from_millis(250);
 
+/// How long one append keeps trying against concurrent appends to the
+/// same session: then, with nothing applied, it is answered 429 with
+/// `Retry-After` (within a batch, the batch stops and answers what it
+/// applied), so a crowd is told to come back rather than held to its
+/// deadline.
+pub const APPEND_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// When an append admitted under `deadline` gives up: [`APPEND_PATIENCE`]
+/// from now, or the deadline's soft stop when that is sooner.
+fn give_up_at(deadline: &crate::deadline::Deadline) -> std::time::Instant {
+    deadline.soft_stop().min(std::time::Instant::now() + APPEND_PATIENCE)
+}
+
 /// Fields of one message (the reference's `AddMessageRequest`, plus `id`
 /// for idempotent retries).
 pub const MESSAGE_FIELDS: &[&str] = &[
@@ -74,6 +87,7 @@ impl From<SessionError> for ApiError {
             SessionError::NotFound(id) => Self::NotFound(format!("session {id} not found")),
             SessionError::Corrupt(_) => Self::dependency("the session's stored data is unreadable", e),
             SessionError::Contention(_) => Self::Conflict(e.to_string()),
+            SessionError::Busy { retry_after_s, .. } => Self::Busy { message: e.to_string(), retry_after_s },
         }
     }
 }
@@ -257,7 +271,7 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
             let message = parse_message(&mut body, &now);
             body.finish()?;
             let message = message.ok_or_else(|| ApiError::InvalidArgument("invalid message".into()))?;
-            let appended = sessions.append(&id, message, &now).await?;
+            let appended = sessions.append(&id, message, &now, give_up_at(&admitted.deadline)).await?;
             Ok(json!({
                 "session_id": id.as_str(),
                 "message_count": appended.meta.live_message_count(),
@@ -318,26 +332,43 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
             let total = messages.len();
             let (mut added, mut applied) = (0, 0);
             let mut meta = None;
+            let mut stopped = None;
             // Each append ends before the soft stop or is not counted (a cut
             // append's outcome is unknown; a retry with its id applies it
-            // once), so the answer always leaves in time.
+            // once), so the answer always leaves in time. An append that
+            // fails stops the batch: what went before is answered as
+            // applied, and the failure only when nothing was.
             let stop = tokio::time::Instant::from_std(admitted.deadline.soft_stop());
             for message in messages {
                 if admitted.deadline.remaining(std::time::Instant::now()) < BATCH_APPEND_RESERVE {
                     break;
                 }
-                let Ok(appended) = tokio::time::timeout_at(stop, sessions.append(&id, message, &now)).await else {
+                let appending = sessions.append(&id, message, &now, give_up_at(&admitted.deadline));
+                let Ok(appended) = tokio::time::timeout_at(stop, appending).await else {
                     break;
                 };
-                let appended = appended?;
-                added += usize::from(appended.added);
-                applied += 1;
-                meta = Some(appended.meta);
+                match appended {
+                    Ok(appended) => {
+                        added += usize::from(appended.added);
+                        applied += 1;
+                        meta = Some(appended.meta);
+                    }
+                    Err(e) => {
+                        stopped = Some(e);
+                        break;
+                    }
+                }
             }
-            let meta = match meta {
-                Some(m) => m,
-                None if total == 0 => sessions.create(&id, &now).await?.0,
-                None => {
+            let meta = match (meta, stopped) {
+                (Some(m), stopped) => {
+                    if let Some(e) = stopped {
+                        tracing::warn!(session = id.as_str(), applied, total, error = %e, "a batch append stopped early");
+                    }
+                    m
+                }
+                (None, Some(e)) => return Err(e.into()),
+                (None, None) if total == 0 => sessions.create(&id, &now).await?.0,
+                (None, None) => {
                     return Err(ApiError::Unavailable(
                         "the request reached its deadline before any message was applied; retry".into(),
                     ));

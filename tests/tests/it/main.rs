@@ -9,6 +9,7 @@
 //! and bucket is per test, and no test changes the process environment.
 
 mod api_keys;
+mod append_load;
 mod assemble_properties;
 mod bootstrap_api;
 mod common;

@@ -1523,6 +1523,7 @@ fn every_api_error() -> Vec<ApiError> {
         ApiError::MethodNotAllowed(String::new(), String::new()),
         ApiError::PayloadTooLarge { size: 1, limit: 0 },
         ApiError::Conflict(String::new()),
+        ApiError::Busy { message: String::new(), retry_after_s: 1 },
         ApiError::Unavailable(String::new()),
         ApiError::dependency("the store is unavailable; retry", "detail"),
         ApiError::Internal(String::new()),
@@ -1537,6 +1538,7 @@ fn every_api_error() -> Vec<ApiError> {
             | ApiError::MethodNotAllowed(..)
             | ApiError::PayloadTooLarge { .. }
             | ApiError::Conflict(_)
+            | ApiError::Busy { .. }
             | ApiError::Unavailable(_)
             | ApiError::Dependency { .. }
             | ApiError::Internal(_) => {}

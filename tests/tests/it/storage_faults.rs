@@ -35,6 +35,7 @@ skald_tests::on_both_stores!(worker_threads = 4;
     an_ambiguous_slot_claim_is_read_back,
     a_failed_append_leaves_no_visible_orphan,
     a_retried_batch_applies_nothing_twice,
+    a_batch_that_fails_midway_says_what_it_applied,
     a_batch_is_cut_at_the_deadline_and_says_so,
     a_corrupt_meta_degrades_dedup_and_never_answers_500,
     an_ambiguous_ledger_write_keeps_the_turn,
@@ -336,6 +337,28 @@ async fn a_retried_batch_applies_nothing_twice(store: SharedStore) {
     assert_eq!((&again.json["result"]["added"], &again.json["result"]["applied"]), (&json!(0), &json!(5)));
     let ids: Vec<String> = (0..5).map(|i| format!("b{i}")).collect();
     assert_eq!(session_view(&app, "batched").await, (5, ids));
+}
+
+/// A batch whose third message cannot be written answers what it applied
+/// (the first two), not an error; sent again once the store is back, it
+/// applies the rest once.
+async fn a_batch_that_fails_midway_says_what_it_applied(store: SharedStore) {
+    let app = app_over_store(store.clone());
+    assert_eq!(append(&app, "midway", "m-first").await.status, 200);
+    // The batch's first two meta updates land; every later one fails.
+    let failing = Rule::calls(Op::Put, "midway/meta.json", 3, u64::MAX, Fault::FailBeforeLanding);
+    let faulted = app_over_store(shared(&faulty(store.clone(), vec![failing])));
+    let batch = json!({"messages": (0..4).map(|i| message(&format!("h{i}"), "text")).collect::<Vec<_>>()});
+    let path = format!("{SESSIONS_PATH}/midway/messages/batch");
+    let cut = sessions_post(&faulted, &path, &batch).await;
+    assert_eq!(cut.status, 200, "{}", cut.text);
+    let result = &cut.json["result"];
+    assert_eq!((&result["applied"], &result["added"], &result["truncated"]), (&json!(2), &json!(2), &json!(true)));
+    assert_eq!(result["message_count"], 3, "{}", cut.text);
+    let again = sessions_post(&app, &path, &batch).await;
+    assert_eq!((&again.json["result"]["applied"], &again.json["result"]["added"]), (&json!(4), &json!(2)));
+    let ids: Vec<String> = ["m-first", "h0", "h1", "h2", "h3"].map(str::to_owned).to_vec();
+    assert_eq!(session_view(&app, "midway").await, (5, ids));
 }
 
 async fn a_batch_is_cut_at_the_deadline_and_says_so(store: SharedStore) {
