@@ -457,10 +457,10 @@ impl<'a> Sessions<'a> {
     /// on (a random step that doubles with each slot lost in a row, up to
     /// 64), so `n` simultaneous appends claim in a few tries each rather
     /// than walking the `n` slots one by one; the slots skipped are gaps
-    /// no read shows, until a later append claims them. At `give_up_at`, or after [`APPEND_LOST_SWAPS`] lost
-    /// compare-and-swaps, once a meta read shows the append did not land,
-    /// it stops with nothing applied ([`SessionError::Busy`], with a wait
-    /// sized to the crowd ahead).
+    /// no read shows, until a later append claims them. At `give_up_at`, or
+    /// after [`APPEND_LOST_SWAPS`] lost compare-and-swaps, once a meta read
+    /// shows the append did not land, it stops with nothing applied
+    /// ([`SessionError::Busy`], with a wait sized to the crowd ahead).
     ///
     /// # Errors
     /// [`SessionError::Busy`] when crowded out; store errors (after
@@ -908,7 +908,7 @@ impl Sessions<'_> {
         let claim_key = self.archive_key(id, range.index, ".meta.json");
         // A claim of the same range made by an earlier plan that counted
         // fewer messages (a late append filled a gap since): corrected
-        // once this commit lands.
+        // when this commit's own meta update lands.
         let mut stale_claim = false;
         match self.store.put(&claim_key, encode(&range)?, PutMode::CreateNew).await {
             Ok(_) => {}
@@ -945,9 +945,8 @@ impl Sessions<'_> {
                 self.meta(id).await?.ok_or_else(|| SessionError::NotFound(id.as_str().to_owned()))?;
             if meta.archived_seq >= range.to_seq {
                 // This commit (or an earlier attempt of it) already landed.
-                if stale_claim {
-                    self.correct_claim(&claim_key, &range).await;
-                }
+                // (Its claim is not corrected here: the mark may be another
+                // commit's of the same range, whose count is the exact one.)
                 return Ok(meta);
             }
             if gaps_in(&meta, range.from_seq..range.to_seq) != plan.gaps {
