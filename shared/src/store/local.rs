@@ -145,7 +145,7 @@ impl Store for LocalStore {
         Self::blocking("get", key, move || {
             let body = read_file("get", &owned, &path)?;
             let meta = ObjectMeta { etag: content_etag(&body), size: body.len() as u64, key: owned };
-            Ok(Object { body: Bytes::from(body), meta })
+            Ok(Object { body: Bytes::from(body), meta, etag_is_digest: true })
         })
         .await
     }

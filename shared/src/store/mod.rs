@@ -57,6 +57,11 @@ pub struct Object {
     pub body: Bytes,
     /// Its metadata.
     pub meta: ObjectMeta,
+    /// Whether the etag is a digest of the body as stored, so that a body
+    /// can be checked against it ([`etag_matches`]): the local store's
+    /// content hash; S3's MD5 of a single-part upload stored unencrypted or
+    /// with SSE-S3 (not of a multipart or KMS-encrypted one).
+    pub etag_is_digest: bool,
 }
 
 /// How a put treats an existing object.
@@ -200,42 +205,42 @@ pub fn content_etag(body: &[u8]) -> String {
 
 /// Whether `body` is the content `etag` names: the local backend's etag
 /// ([`content_etag`]) or S3's, the MD5 of a single-part upload. `false`
-/// for a body cut short or replaced in transit — and for an etag that is
-/// no digest of the content (S3's for a multipart or KMS-encrypted upload).
-/// Cost: one SHA-256 and at most one MD5 of `body`.
+/// for a body cut short or replaced in transit (and for any etag that is
+/// no digest of the content: see [`Object::etag_is_digest`]). Cost: one
+/// SHA-256 and at most one MD5 of `body`.
 #[must_use]
 pub fn etag_matches(etag: &str, body: &[u8]) -> bool {
     use md5::Digest as _;
     etag == content_etag(body) || etag == hex::encode(md5::Md5::digest(body))
 }
 
-/// The object under `key`, its body checked against its etag
-/// ([`etag_matches`]) before anything is built from it: a body that does
-/// not match is read once more, and the second read is kept when it
-/// matches, or when it is byte for byte the first under the same etag
-/// (an etag that is no digest of the content: two reads agree).
+/// The object under `key`, its body checked against its etag when the
+/// etag is a digest of it ([`Object::etag_is_digest`]) before anything is
+/// built from it: a body that does not match is read once more, and kept
+/// only when the second read matches. (An etag that is no digest — a
+/// multipart or KMS-encrypted upload on S3 — cannot vouch for a body; the
+/// SDK's own length and checksum checks are what stand then.)
 ///
 /// Cost: one GET and a digest of the body; two GETs for a body cut in
-/// transit, and for every object whose etag is no digest of its content.
+/// transit.
 ///
 /// # Errors
-/// As [`Store::get`]; `Backend` when the two reads differ and neither
-/// matches its etag (the object may be changing: a retry reads it anew).
+/// As [`Store::get`]; `Backend` when neither read matches its etag (a
+/// retry reads it anew).
 pub async fn get_checked(store: &dyn Store, key: &str) -> Result<Object, StoreError> {
+    let whole = |object: &Object| !object.etag_is_digest || etag_matches(&object.meta.etag, &object.body);
     let first = store.get(key).await?;
-    if etag_matches(&first.meta.etag, &first.body) {
+    if whole(&first) {
         return Ok(first);
     }
     let second = store.get(key).await?;
-    if etag_matches(&second.meta.etag, &second.body)
-        || (second.meta.etag == first.meta.etag && second.body == first.body)
-    {
+    if whole(&second) {
         return Ok(second);
     }
     Err(StoreError::Backend {
         op: "get",
         key: key.to_owned(),
-        message: "two reads of the object differ and neither matches its etag".to_owned(),
+        message: "the body does not match its etag on two reads".to_owned(),
     })
 }
 

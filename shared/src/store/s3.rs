@@ -236,13 +236,20 @@ impl Store for S3Store {
             Err(e) => return Err(backend("get", key, &e)),
         };
         let etag = unquote(output.e_tag());
+        // S3's etag is the body's MD5 for a single-part upload stored
+        // unencrypted or with SSE-S3; not for multipart ("…-N") or KMS.
+        let etag_is_digest = !etag.contains('-')
+            && output.sse_customer_algorithm().is_none()
+            && output
+                .server_side_encryption()
+                .is_none_or(|sse| *sse == aws_sdk_s3::types::ServerSideEncryption::Aes256);
         let body = output.body.collect().await.map_err(|e| StoreError::Backend {
             op: "get",
             key: key.to_owned(),
             message: DisplayErrorContext(&e).to_string(),
         })?;
         let body = body.into_bytes();
-        Ok(Object { meta: ObjectMeta { key: key.to_owned(), etag, size: body.len() as u64 }, body })
+        Ok(Object { meta: ObjectMeta { key: key.to_owned(), etag, size: body.len() as u64 }, body, etag_is_digest })
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {

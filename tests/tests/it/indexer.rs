@@ -296,6 +296,18 @@ async fn a_body_cut_in_transit_is_never_indexed(store: SharedStore) {
         let indexed = record(&store, NOTE_URI, 2).await.map(|r| r.source_hash);
         assert_eq!(indexed, Some(skald::ingest::source_hash(text.as_bytes())), "{fault:?}");
     }
+    // Replaced on both reads (a proxy that keeps answering its error
+    // page): the change fails, to be retried, and nothing is indexed.
+    let twice = Rule::calls(Op::Get, NOTE, 1, 2, Fault::ForeignBody);
+    let faults = Arc::new(FaultyStore::new(Arc::clone(&store), vec![twice]));
+    let app = skald_tests::fixture::app_over_store(Arc::clone(&faults) as SharedStore);
+    put(&store, NOTE, NOTE_V3).await;
+    assert!(apply(&app, &[versioned(NOTE, 1_010, "09")]).await.is_err(), "the change fails");
+    let indexed = record(&store, NOTE_URI, 2).await.map(|r| r.source_hash);
+    assert_eq!(indexed, Some(skald::ingest::source_hash(NOTE_V2.as_bytes())), "the page was not indexed");
+    applied(&app, &[versioned(NOTE, 1_010, "09")]).await;
+    let indexed = record(&store, NOTE_URI, 2).await.map(|r| r.source_hash);
+    assert_eq!(indexed, Some(skald::ingest::source_hash(NOTE_V3.as_bytes())), "its retry indexes the file");
 }
 
 #[tokio::test]
