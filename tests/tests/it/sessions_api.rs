@@ -283,7 +283,8 @@ async fn an_append_with_a_known_id_is_counted_once() {
 /// `assistant`, each with its own id), plus `retries` more that re-send
 /// messages 0 and 1 with the same ids while the race is on: exactly `n`
 /// messages, each stored once with its own sequence number, the counters
-/// exact.
+/// exact. An append crowded out (429) is sent again after its
+/// `Retry-After`, as a client does.
 async fn concurrent_appends_lose_nothing(app: Arc<App>, n: usize, retries: usize) {
     let created = sessions_post(&app, SESSIONS_PATH, &json!({"session_id": "race"})).await;
     ok(&created);
@@ -294,9 +295,16 @@ async fn concurrent_appends_lose_nothing(app: Arc<App>, n: usize, retries: usize
         tasks.push(tokio::spawn(async move {
             let role = if k % 2 == 0 { "user" } else { "assistant" };
             let body = json!({"role": role, "content": format!("message {k}"), "id": format!("race-{k}")});
-            let reply = sessions_post(&app, &messages_path("race"), &body).await;
-            assert_eq!(reply.status, 200, "append {i}: {}", reply.text);
-            reply.json["result"]["added"].as_bool().expect("added")
+            loop {
+                let reply = sessions_post(&app, &messages_path("race"), &body).await;
+                if reply.status == 429 {
+                    let wait = reply.header("retry-after").and_then(|s| s.parse().ok()).expect("a Retry-After");
+                    tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
+                    continue;
+                }
+                assert_eq!(reply.status, 200, "append {i}: {}", reply.text);
+                break reply.json["result"]["added"].as_bool().expect("added");
+            }
         }));
     }
     let mut added = 0;
