@@ -12,8 +12,16 @@ about a millisecond, so the tests barely slow down).
 
 The second form is how the tests start it (tests/src/moto.rs): the child
 dies with the test process that holds its stdin.
+
+moto 5.2 also answers CompleteMultipartUpload with the root element
+`CompleteMultipartUploadResponse` where S3 sends
+`CompleteMultipartUploadResult` (and the AWS SDKs expect it); the answer
+is renamed on its way out. And moto ignores `If-Match` on
+CompleteMultipartUpload, which S3 honours: the precondition is checked
+here against the object's current ETag first.
 """
 
+import io
 import sys
 import threading
 
@@ -21,13 +29,50 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_ba
 from werkzeug.serving import make_server
 
 
+MOTO_ROOT = b"CompleteMultipartUploadResponse"
+S3_ROOT = b"CompleteMultipartUploadResult"
+
+
+def current_etag(app, environ):
+    """The ETag (unquoted) of the object a request names, or None."""
+    head = dict(environ, REQUEST_METHOD="HEAD", QUERY_STRING="", CONTENT_LENGTH="0", **{"wsgi.input": io.BytesIO()})
+    answer = {}
+
+    def held(status, headers, exc_info=None):
+        answer["status"], answer["headers"] = status, headers
+        return lambda data: None
+
+    b"".join(app(head, held))
+    if not answer.get("status", "").startswith("200"):
+        return None
+    return next((v.strip('"') for k, v in answer["headers"] if k.lower() == "etag"), None)
+
+
 def serialized(app):
     lock = threading.Lock()
 
     def handle(environ, start_response):
+        completes = environ.get("REQUEST_METHOD") == "POST" and "uploadId=" in environ.get("QUERY_STRING", "")
+        if not completes:
+            with lock:
+                # The whole response is produced under the lock.
+                return list(app(environ, start_response))
+        answer = {}
+
+        def held(status, headers, exc_info=None):
+            answer["status"], answer["headers"] = status, headers
+            return lambda data: None
+
         with lock:
-            # The whole response is produced under the lock.
-            return list(app(environ, start_response))
+            want = environ.get("HTTP_IF_MATCH")
+            if want is not None and current_etag(app, environ) != want.strip('"'):
+                body = b"<Error><Code>PreconditionFailed</Code><Message>If-Match</Message></Error>"
+                start_response("412 Precondition Failed", [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
+                return [body]
+            body = b"".join(app(environ, held)).replace(MOTO_ROOT, S3_ROOT)
+        headers = [(k, v) for k, v in answer["headers"] if k.lower() != "content-length"]
+        start_response(answer["status"], headers + [("Content-Length", str(len(body)))])
+        return [body]
 
     return handle
 

@@ -380,7 +380,8 @@ impl Step {
         version: Option<&str>,
     ) {
         let current = snapshot.get_with_vector(uri, level);
-        let tombstone = || Tombstone { uri: uri.clone(), level, source_version: version.map(str::to_owned) };
+        let tombstone =
+            || Tombstone { uri: uri.clone(), level, source_version: version.map(str::to_owned), kept_since: None };
         match (new, current) {
             (Some(p), Some((r, vector))) if r.source_hash == p.record.source_hash => {
                 if supersedes(version, r.source_version.as_deref()) {

@@ -426,7 +426,7 @@ pub async fn ingest_dir(
             }
             report.removed += 1;
             on_event(IngestEvent::Removed(record.display_uri()));
-            tombstones.push(Tombstone { uri: record.uri, level: record.level, source_version: None });
+            tombstones.push(Tombstone { uri: record.uri, level: record.level, source_version: None, kept_since: None });
         }
     }
     commit_batch(target, account, embedder, &info, Batch { pending: batch, tombstones, ..Batch::default() }, None)

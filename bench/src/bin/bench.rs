@@ -34,6 +34,66 @@ use skald::store::SharedStore;
 use skald::uri::VikingUri;
 use skald_bench::{Flags, Rng, Summary, TempStore, block_on, fail, ms, now, proc_status};
 
+/// The heap this process holds, counted at every allocation, and its peak
+/// since the last [`Heap::reset_peak`]: what a phase allocates, even where
+/// the allocator reuses memory already resident (which RSS cannot see).
+struct Heap;
+
+static HEAP_NOW: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static HEAP_PEAK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl Heap {
+    fn grew(by: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = HEAP_NOW.fetch_add(by, Relaxed) + by;
+        HEAP_PEAK.fetch_max(now, Relaxed);
+    }
+
+    fn shrank(by: usize) {
+        HEAP_NOW.fetch_sub(by, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The heap now; the peak starts again from it.
+    fn reset_peak() -> usize {
+        let now = HEAP_NOW.load(std::sync::atomic::Ordering::Relaxed);
+        HEAP_PEAK.store(now, std::sync::atomic::Ordering::Relaxed);
+        now
+    }
+
+    fn peak() -> usize {
+        HEAP_PEAK.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+// SAFETY: every call is passed to the system allocator unchanged; the
+// counters only observe sizes. The one unsafe code of the workspace: a
+// global allocator cannot be written without it, and this one only
+// measures, in a benchmark binary.
+#[allow(unsafe_code)]
+unsafe impl std::alloc::GlobalAlloc for Heap {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        Self::grew(layout.size());
+        // SAFETY: the caller's contract is the system allocator's.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        Self::shrank(layout.size());
+        // SAFETY: as above.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        Self::grew(new_size);
+        Self::shrank(layout.size());
+        // SAFETY: as above.
+        unsafe { std::alloc::System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Heap = Heap;
+
 const USER: &str = "bench";
 const ACCOUNT: &str = "bench";
 /// The narrow filter's subtree: ~1/200 of the shared resources (~0.2 % of all records).
@@ -507,6 +567,33 @@ async fn run(store: &SharedStore, store_name: &str, local: bool, args: &Args) {
             );
         }
     }
+
+    // A compaction beside the index the process holds (as the warm cache
+    // does): given that index, and loading its own copy. One small commit
+    // first, so there are segments to merge.
+    let held = snapshot.resident_bytes() as f64 / 1e6;
+    println!("compaction beside the held index ({held:.0} MB by its own estimate)");
+    let basis = std::mem::take(&mut snapshot);
+    for (name, given) in [("given the held index", true), ("loading its own copy", false)] {
+        let mut small = Segment { dim: args.dim, ..Segment::default() };
+        small.records.push(make_record(args.records + usize::from(given), &mut rng, now, args.terms));
+        rng.unit_vector(args.dim, &mut small.vectors);
+        index::commit(store, &account, &embedder, &small).await.unwrap_or_else(|e| fail("commit", e));
+        let before = Heap::reset_peak();
+        let started = Instant::now();
+        let now_ms = now * 1000;
+        index::compact(store, &account, &embedder, given.then_some(&basis), now_ms)
+            .await
+            .unwrap_or_else(|e| fail("compact", e));
+        let elapsed = started.elapsed();
+        let extra = Heap::peak().saturating_sub(before) as f64 / 1e6;
+        println!(
+            "  {name:<22} {:>7} ms; heap peak +{extra:.0} MB over the held index ({:.2}x it)",
+            ms(elapsed),
+            (held + extra) / held
+        );
+    }
+    drop(basis);
     println!();
 }
 

@@ -212,7 +212,8 @@ async fn run(args: &Args) {
 async fn cold_load(target: &Target, segments: usize) {
     let account = skald_bench::account();
     let info = target.app.embedder_info();
-    skald::index::compact(&target.plain, &account, &info).await.unwrap_or_else(|e| fail("compact", e));
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    skald::index::compact(&target.plain, &account, &info, None, now).await.unwrap_or_else(|e| fail("compact", e));
     for i in 0..segments {
         let tag: String = target.label.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
         let key = format!("accounts/default/tree/resources/bench/cold-{tag}-{i:04}.md");

@@ -44,6 +44,12 @@ pub const COMPACT_AT: usize = 16;
 /// load of a many-segment index on S3 costs a few round trips, not one per
 /// segment.
 pub const SEGMENT_CONCURRENCY: usize = 8;
+/// How long a compaction keeps a tombstone after first keeping it: 7
+/// days. A tombstone guards a removed node against a commit computed from
+/// an older read of the store ([`commit_ordered`]); an indexer's read and
+/// its commit are one invocation apart (at most Lambda's 15 minutes), so
+/// a week leaves a wide margin, and the index sheds removed nodes.
+pub const TOMBSTONE_KEEP: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Compare-and-swap attempts before a commit gives up.
 const CAS_ATTEMPTS: u32 = 64;
 
@@ -325,7 +331,7 @@ pub async fn commit(
         return Err(IndexError::Moved(account.to_string()));
     }
     if manifest.segments.len() >= COMPACT_AT
-        && let Err(e) = compact(store, account, embedder).await
+        && let Err(e) = compact(store, account, embedder, None, now_ms()).await
     {
         tracing::warn!(account = %account, error = %e, "index compaction failed; will retry on a later commit");
     }
@@ -383,7 +389,7 @@ pub async fn commit_ordered(
         .await?;
         if edit != Edit::Abandoned {
             if manifest.segments.len() >= COMPACT_AT
-                && let Err(e) = compact(store, account, embedder).await
+                && let Err(e) = compact(store, account, embedder, Some(current), now_ms()).await
             {
                 tracing::warn!(account = %account, error = %e, "index compaction failed; will retry on a later commit");
             }
@@ -403,6 +409,14 @@ pub async fn commit_ordered(
         newer = Some(loaded);
     }
     Err(IndexError::Contention(account.to_string()))
+}
+
+/// The clock, in milliseconds since the epoch: read at the edge, where a
+/// commit hands it to [`compact`].
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 fn empty_manifest(embedder: &EmbedderInfo) -> Manifest {
@@ -539,7 +553,22 @@ async fn swap_manifest(
 
 /// Merges every segment of `account`'s index into one, swapping it in by
 /// compare-and-swap; segments committed meanwhile stay after it. Old
-/// segment objects are deleted once the new manifest is in place.
+/// segment objects are deleted once the new manifest is in place. The
+/// merged segment keeps the versioned tombstones of removed nodes, each
+/// for [`TOMBSTONE_KEEP`] after the first compaction that kept it
+/// (`now_ms`, milliseconds since the epoch, is that compaction's time).
+///
+/// Memory: the segments of `basis` (the index as the caller holds it,
+/// e.g. the warm cache's snapshot) are reused, not read again, and the
+/// merged segment is written in parts ([`crate::store::Store::put_parts`])
+/// straight from the loaded segments, so beyond `basis` a compaction holds
+/// the segments committed since, the records' JSON and one part
+/// ([`crate::store::PART_BYTES`]); without `basis` it loads the index
+/// first.
+///
+/// Cost: a manifest get, a get per segment not in `basis`, the merged
+/// segment's put (a multipart upload on S3 past one part), the swap and a
+/// delete per replaced segment.
 ///
 /// Unknown outcomes: a manifest put that may have landed is read back
 /// before anything is deleted — the replaced segments are deleted only
@@ -550,22 +579,42 @@ async fn swap_manifest(
 ///
 /// # Errors
 /// Store, decoding or contention errors; the index stays valid on failure.
-pub async fn compact(store: &SharedStore, account: &AccountId, embedder: &EmbedderInfo) -> Result<(), IndexError> {
+pub async fn compact(
+    store: &SharedStore,
+    account: &AccountId,
+    embedder: &EmbedderInfo,
+    basis: Option<&IndexSnapshot>,
+    now_ms: i64,
+) -> Result<(), IndexError> {
     let Some((manifest, etag)) = read_manifest(store, account).await? else { return Ok(()) };
     check_embedder(account, &manifest, embedder)?;
     if manifest.segments.len() < 2 {
         return Ok(());
     }
-    let snapshot = IndexSnapshot::load_manifest(store, account, manifest.clone(), String::new(), None).await?;
-    let merged = snapshot.to_segment(embedder.dimension);
-    // One copy of the records at a time: the snapshot, then the merged
-    // segment, then its bytes.
+    let snapshot = IndexSnapshot::load_manifest(store, account, manifest.clone(), String::new(), basis).await?;
+    let tombstones = kept_tombstones(&snapshot.deleted, now_ms, TOMBSTONE_KEEP);
+    let records: Vec<&Record> = snapshot.records().map(|(r, _)| r).collect();
+    let rows = snapshot.records().map(|(_, v)| v);
+    let mut parts = segment::Parts::new(embedder.dimension, &records, rows, &tombstones, crate::store::PART_BYTES)?;
+    let bytes = parts.len() as u64;
+    // Named by the generation it merges and a unique suffix: never reused.
+    let key = format!("accounts/{account}/index/segments/merged-{}-{:016x}.seg", manifest.generation, unique());
+    match store.put_parts(&key, &mut parts, PutMode::CreateNew).await {
+        Ok(meta) if meta.size != bytes => {
+            // Never listed: a segment that would not decode.
+            if let Err(e) = store.delete(&key).await {
+                tracing::debug!(key, error = %e, "an unreferenced segment was not deleted");
+            }
+            return Err(IndexError::Corrupt(format!("merged segment {key} came out {} bytes, not {bytes}", meta.size)));
+        }
+        // A conflict can only answer the SDK's retry of our own landed put.
+        Ok(_) | Err(StoreError::Conflict(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let merged_ref = SegmentRef { key: key.clone(), records: records.len(), tombstones: tombstones.len(), bytes };
+    drop(parts);
+    drop(records);
     drop(snapshot);
-    let (records, tombstones, body) = (merged.records.len(), merged.tombstones.len(), merged.encode()?);
-    drop(merged);
-    let key = segment_key(account, &body);
-    let merged_ref = SegmentRef { key: key.clone(), records, tombstones, bytes: body.len() as u64 };
-    put_segment(store, &key, body).await?;
     let replaced: Vec<SegmentRef> = manifest.segments.clone();
     // The first attempt swaps against the manifest read above.
     let (_, edit) = swap_manifest(store, account, embedder, Some(Some((manifest, etag))), |m| {
@@ -844,7 +893,7 @@ impl IndexSnapshot {
     pub fn version_of(&self, uri: &VikingUri, level: Level) -> Option<Option<&str>> {
         match self.get(uri, level) {
             Some(record) => Some(record.source_version.as_deref()),
-            None => self.deleted.get(&(uri.clone(), level)).map(Option::as_deref),
+            None => self.deleted.get(&(uri.clone(), level)).map(|removed| removed.version.as_deref()),
         }
     }
 
@@ -926,31 +975,6 @@ impl IndexSnapshot {
             let record = &seg.records[i];
             (&record.uri == uri && record.level == level).then(|| (record, seg.vector(i)))
         })
-    }
-
-    /// The live records merged into one segment (for compaction), with the
-    /// versioned tombstones of removed nodes, so that a commit of an older
-    /// version still finds the node removed.
-    #[must_use]
-    pub fn to_segment(&self, dim: usize) -> Segment {
-        let mut out = Segment { dim, ..Segment::default() };
-        for (record, vector) in self.records() {
-            out.records.push(record.clone());
-            out.vectors.extend_from_slice(vector);
-        }
-        let mut kept: Vec<Tombstone> = self
-            .deleted
-            .iter()
-            .filter(|(_, version)| version.is_some())
-            .map(|((uri, level), version)| Tombstone {
-                uri: uri.clone(),
-                level: *level,
-                source_version: version.clone(),
-            })
-            .collect();
-        kept.sort_by(|a, b| (a.uri.as_str(), a.level).cmp(&(b.uri.as_str(), b.level)));
-        out.tombstones = kept;
-        out
     }
 
     /// Exact search: every live record passing the filter is scored —
@@ -1158,7 +1182,40 @@ fn sanitize(x: f64) -> f64 {
 /// the newest segment that has it unless a newer tombstone removed it.
 /// The nodes a tombstone removed (no newer record), with the tombstone's
 /// version.
-type Deleted = HashMap<(VikingUri, Level), Option<String>>;
+/// The nodes the index removed, by `(uri, level)`: the newest tombstone
+/// of each node no later record brought back.
+type Deleted = HashMap<(VikingUri, Level), Removed>;
+
+/// What the index knows of a removed node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Removed {
+    /// [`Tombstone::source_version`].
+    version: Option<String>,
+    /// [`Tombstone::kept_since`].
+    kept_since: Option<i64>,
+}
+
+/// The tombstones a compaction at `now_ms` keeps of `deleted`, sorted by
+/// node: the versioned ones (an unversioned tombstone has nothing left to
+/// remove once merged into the oldest segment, and guards no order), each
+/// stamped with when a compaction first kept it, except those kept for
+/// longer than `keep` already.
+fn kept_tombstones(deleted: &Deleted, now_ms: i64, keep: Duration) -> Vec<Tombstone> {
+    let keep_ms = i64::try_from(keep.as_millis()).unwrap_or(i64::MAX);
+    let mut kept: Vec<Tombstone> = deleted
+        .iter()
+        .filter(|(_, removed)| removed.version.is_some())
+        .map(|((uri, level), removed)| Tombstone {
+            uri: uri.clone(),
+            level: *level,
+            source_version: removed.version.clone(),
+            kept_since: Some(removed.kept_since.unwrap_or(now_ms)),
+        })
+        .filter(|t| t.kept_since.is_some_and(|since| now_ms.saturating_sub(since) <= keep_ms))
+        .collect();
+    kept.sort_by(|a, b| (a.uri.as_str(), a.level).cmp(&(b.uri.as_str(), b.level)));
+    kept
+}
 
 /// The live records by `(uri, level)`: each key's hash to its segment and
 /// row. Two keys whose hashes collide (never seen, but possible) keep the
@@ -1222,7 +1279,8 @@ fn liveness(segments: &[(String, Arc<Segment>)]) -> (Vec<Vec<bool>>, usize, Rows
         }
         for t in &seg.tombstones {
             if seen.insert((&t.uri, t.level)) {
-                deleted.insert((t.uri.clone(), t.level), t.source_version.clone());
+                let removed = Removed { version: t.source_version.clone(), kept_since: t.kept_since };
+                deleted.insert((t.uri.clone(), t.level), removed);
             }
         }
     }
@@ -1438,6 +1496,77 @@ mod tests {
         let mut behind = manifest(6, &["b", "c"]);
         behind.generation = 7;
         assert_eq!(behind.written_by("ours", 4), None);
+    }
+
+    #[test]
+    fn compactions_keep_versioned_tombstones_for_a_week_after_first_keeping_them() {
+        const DAY: i64 = 24 * 3600 * 1000;
+        let now = 100 * DAY;
+        let removed = |version: Option<&str>, kept_since: Option<i64>| Removed {
+            version: version.map(str::to_owned),
+            kept_since,
+        };
+        // (what the index holds, kept since after this compaction or gone)
+        let rows: &[(Removed, Option<i64>)] = &[
+            // First kept now: stamped with this compaction's time.
+            (removed(Some("v1"), None), Some(now)),
+            (removed(Some("v1"), Some(now - DAY)), Some(now - DAY)),
+            (removed(Some("v1"), Some(now - 7 * DAY)), Some(now - 7 * DAY)),
+            // Past the week: pruned.
+            (removed(Some("v1"), Some(now - 7 * DAY - 1)), None),
+            (removed(Some("v1"), Some(0)), None),
+            // Unversioned tombstones guard no order; merged, they go.
+            (removed(None, None), None),
+            (removed(None, Some(now)), None),
+            // A stamp from a clock ahead of ours stays.
+            (removed(Some("v1"), Some(now + DAY)), Some(now + DAY)),
+        ];
+        for (i, (held, kept)) in rows.iter().enumerate() {
+            let uri = VikingUri::parse(&format!("viking://resources/r{i}.md")).expect("uri");
+            let deleted = Deleted::from([((uri, 2), held.clone())]);
+            let out = kept_tombstones(&deleted, now, TOMBSTONE_KEEP);
+            assert_eq!(out.iter().map(|t| t.kept_since).next(), kept.map(Some), "row {i}: {held:?}");
+            assert!(out.iter().all(|t| t.source_version == held.version));
+        }
+    }
+
+    proptest::proptest! {
+        /// However a segment is cut into parts, the parts joined are its
+        /// encoding, which decodes to the same records and vectors.
+        #[test]
+        fn parts_join_into_the_encoding(count in 0usize..40, dim in 1usize..9, part in 1usize..700) {
+            let records: Vec<Record> = (0..count)
+                .map(|i| {
+                    serde_json::from_value(serde_json::json!({
+                        "uri": format!("viking://resources/r{i}.md"), "level": 2, "context_type": "resource",
+                        "category": "resources", "abstract": "x".repeat(i), "abstract_tokens": 0, "size": 0,
+                        "source_hash": "h", "created_at": 0, "updated_at": 0
+                    }))
+                    .expect("a record")
+                })
+                .collect();
+            let vectors: Vec<f32> = (0..count * dim).map(|v| v as f32 * 0.25).collect();
+            let tombstones = vec![Tombstone {
+                uri: VikingUri::parse("viking://resources/gone.md").expect("uri"),
+                level: 2,
+                source_version: Some("v".into()),
+                kept_since: Some(1),
+            }];
+            let segment = Segment { dim, records: records.clone(), vectors: vectors.clone(), tombstones: tombstones.clone(), ..Segment::default() };
+            let whole = segment.encode().expect("encodes");
+            let mut parts = segment::Parts::new(dim, &records, vectors.chunks_exact(dim), &tombstones, part).expect("parts");
+            proptest::prop_assert_eq!(parts.len(), whole.len());
+            let hint = parts.size_hint();
+            let cut: Vec<Bytes> = parts.by_ref().collect();
+            proptest::prop_assert_eq!(hint, (cut.len(), Some(cut.len())), "the hint counts the parts");
+            drop(parts);
+            proptest::prop_assert!(cut.iter().rev().skip(1).all(|p| p.len() >= part), "only the last part is short");
+            proptest::prop_assert_eq!(cut.concat(), whole.to_vec());
+            let decoded = Segment::decode(&whole).expect("decodes");
+            proptest::prop_assert_eq!(decoded.records, records);
+            proptest::prop_assert_eq!(decoded.vectors, vectors);
+            proptest::prop_assert_eq!(decoded.tombstones, tombstones);
+        }
     }
 
     #[test]

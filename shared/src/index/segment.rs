@@ -30,6 +30,11 @@ pub struct Tombstone {
     /// ([`Record::source_version`]); `None` from `ingest`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_version: Option<String>,
+    /// When a compaction first kept it, in milliseconds since the epoch
+    /// (`None` until then): compactions prune it
+    /// [`super::TOMBSTONE_KEEP`] later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_since: Option<i64>,
 }
 
 /// One decoded segment.
@@ -131,11 +136,7 @@ impl Segment {
         let json = serde_json::to_vec(&BodyRef { records: &self.records, tombstones: &self.tombstones })
             .map_err(|e| IndexError::Corrupt(e.to_string()))?;
         let mut out = Vec::with_capacity(HEADER + json.len() + self.vectors.len() * 4);
-        out.extend_from_slice(MAGIC);
-        for n in [self.dim, self.records.len(), json.len()] {
-            let n = u32::try_from(n).map_err(|_| IndexError::Corrupt("segment too large".into()))?;
-            out.extend_from_slice(&n.to_le_bytes());
-        }
+        out.extend_from_slice(&header(self.dim, self.records.len(), json.len())?);
         out.extend_from_slice(&json);
         for v in &self.vectors {
             out.extend_from_slice(&v.to_le_bytes());
@@ -177,4 +178,137 @@ impl Segment {
 struct BodyRef<'a> {
     records: &'a [Record],
     tombstones: &'a [Tombstone],
+}
+
+/// The header of a segment of `count` records of `dim` values whose JSON
+/// is `json_len` bytes.
+fn header(dim: usize, count: usize, json_len: usize) -> Result<[u8; HEADER], IndexError> {
+    let mut out = [0u8; HEADER];
+    out[..MAGIC.len()].copy_from_slice(MAGIC);
+    for (i, n) in [dim, count, json_len].into_iter().enumerate() {
+        let n = u32::try_from(n).map_err(|_| IndexError::Corrupt("segment too large".into()))?;
+        out[MAGIC.len() + 4 * i..MAGIC.len() + 4 * (i + 1)].copy_from_slice(&n.to_le_bytes());
+    }
+    Ok(out)
+}
+
+/// Counts the bytes written to it.
+struct Counter(usize);
+
+impl std::io::Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A segment's encoding ([`Segment::encode`], byte for byte) cut into
+/// parts of a given size (the last shorter), each made when it is taken:
+/// a record's JSON and a row's bytes exist only while their part is being
+/// filled. How a compaction writes an index-sized segment
+/// ([`crate::store::Store::put_parts`]) while holding one part of it.
+///
+/// Cost: the records are serialised twice (once up front to learn the
+/// JSON's length for the header, once as their parts are taken).
+pub struct Parts<'a> {
+    pieces: Box<dyn Iterator<Item = Vec<u8>> + Send + 'a>,
+    /// The rest of a piece that did not fit in the last part.
+    carry: Vec<u8>,
+    carry_at: usize,
+    remaining: usize,
+    part_bytes: usize,
+}
+
+impl std::fmt::Debug for Parts<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parts").field("remaining", &self.remaining).finish_non_exhaustive()
+    }
+}
+
+impl<'a> Parts<'a> {
+    /// The encoding of a segment of `records`, whose vectors (each of
+    /// `dim` values) `rows` yields in the same order, and of `tombstones`,
+    /// in parts of `part_bytes`. The caller gives one row per record.
+    ///
+    /// # Errors
+    /// [`IndexError::Corrupt`] when the segment is too large for its
+    /// header's 32-bit counts, or a record does not serialise.
+    pub fn new<R: Serialize + Sync>(
+        dim: usize,
+        records: &'a [R],
+        rows: impl Iterator<Item = &'a [f32]> + Send + 'a,
+        tombstones: &[Tombstone],
+        part_bytes: usize,
+    ) -> Result<Self, IndexError> {
+        let corrupt = |e: serde_json::Error| IndexError::Corrupt(e.to_string());
+        // The JSON is `{"records":[r,r,…],"tombstones":[…]}`, as serde
+        // writes `BodyRef`.
+        let open = b"{\"records\":[".to_vec();
+        let mut close = b"],\"tombstones\":".to_vec();
+        serde_json::to_writer(&mut close, tombstones).map_err(corrupt)?;
+        close.push(b'}');
+        let mut counter = Counter(open.len() + close.len() + records.len().saturating_sub(1));
+        for record in records {
+            serde_json::to_writer(&mut counter, record).map_err(corrupt)?;
+        }
+        let head = header(dim, records.len(), counter.0)?.to_vec();
+        let remaining = HEADER + counter.0 + records.len() * dim * 4;
+        let json = records.iter().enumerate().map(|(i, record)| {
+            let mut piece = if i == 0 { Vec::new() } else { vec![b','] };
+            // It serialised above: it does again (a short body is refused
+            // by the writer's size check all the same).
+            let _ = serde_json::to_writer(&mut piece, record);
+            piece
+        });
+        let rows = rows.map(|row| row.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>());
+        let pieces = [head, open].into_iter().chain(json).chain(std::iter::once(close)).chain(rows);
+        Ok(Self { pieces: Box::new(pieces), carry: Vec::new(), carry_at: 0, remaining, part_bytes: part_bytes.max(1) })
+    }
+
+    /// The encoding's size in bytes (what the parts not yet taken hold).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.remaining
+    }
+
+    /// Whether every part was taken.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.remaining == 0
+    }
+}
+
+impl Iterator for Parts<'_> {
+    type Item = Bytes;
+
+    fn next(&mut self) -> Option<Bytes> {
+        let mut out = Vec::with_capacity(self.part_bytes.min(self.remaining));
+        loop {
+            let room = self.part_bytes - out.len();
+            if self.carry_at < self.carry.len() {
+                let end = self.carry_at + room.min(self.carry.len() - self.carry_at);
+                out.extend_from_slice(&self.carry[self.carry_at..end]);
+                self.carry_at = end;
+            }
+            if out.len() == self.part_bytes {
+                break;
+            }
+            match self.pieces.next() {
+                Some(piece) => (self.carry, self.carry_at) = (piece, 0),
+                None => break,
+            }
+        }
+        self.remaining = self.remaining.saturating_sub(out.len());
+        (!out.is_empty()).then(|| Bytes::from(out))
+    }
+
+    /// Exact: the parts not yet taken.
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let parts = self.remaining.div_ceil(self.part_bytes);
+        (parts, Some(parts))
+    }
 }

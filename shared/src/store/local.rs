@@ -97,6 +97,16 @@ fn holds_a_file(path: &Path) -> bool {
     false
 }
 
+/// Whether `mode` allows a write over the object whose etag is `current`
+/// (`None`: there is none).
+fn allowed(mode: &PutMode, current: Option<&str>) -> bool {
+    match (mode, current) {
+        (PutMode::Overwrite, _) | (PutMode::CreateNew, None) => true,
+        (PutMode::IfMatch(want), Some(have)) => want == have,
+        (PutMode::CreateNew, Some(_)) | (PutMode::IfMatch(_), None) => false,
+    }
+}
+
 /// Holds the exclusive lock of one key until dropped.
 struct KeyLock(#[allow(dead_code)] fs::File);
 
@@ -165,18 +175,74 @@ impl Store for LocalStore {
                 Err(StoreError::NotFound(_)) => None,
                 Err(e) => return Err(e),
             };
-            let allowed = match (&mode, &current) {
-                (PutMode::Overwrite, _) | (PutMode::CreateNew, None) => true,
-                (PutMode::IfMatch(want), Some(have)) => want == have,
-                (PutMode::CreateNew, Some(_)) | (PutMode::IfMatch(_), None) => false,
-            };
-            if !allowed {
+            if !allowed(&mode, current.as_deref()) {
                 return Err(StoreError::Conflict(owned));
             }
             write_atomically(&root, &owned, &path, &body)?;
             Ok(ObjectMeta { etag: content_etag(&body), size: body.len() as u64, key: owned })
         })
         .await
+    }
+
+    async fn put_parts(
+        &self,
+        key: &str,
+        parts: &mut (dyn Iterator<Item = Bytes> + Send),
+        mode: PutMode,
+    ) -> Result<ObjectMeta, StoreError> {
+        use sha2::Digest as _;
+        let path = self.path_of(key)?;
+        let tmp = temp_path(&self.root);
+        let owned = key.to_owned();
+        let created = tmp.clone();
+        let written = async {
+            let mut file =
+                Self::blocking("put", key, move || fs::File::create(&created).map_err(|e| backend("put", &owned, &e)))
+                    .await?;
+            let (mut hasher, mut size) = (sha2::Sha256::new(), 0u64);
+            // Each part is hashed and written on the blocking pool, the
+            // file and the hasher passed along.
+            for part in &mut *parts {
+                size += part.len() as u64;
+                let owned = key.to_owned();
+                (file, hasher) = Self::blocking("put", key, move || {
+                    hasher.update(&part);
+                    file.write_all(&part).map_err(|e| backend("put", &owned, &e))?;
+                    Ok((file, hasher))
+                })
+                .await?;
+            }
+            Ok::<_, StoreError>((file, super::content_etag_of(hasher.finalize().as_slice()), size))
+        };
+        let (root, owned, moved) = (self.root.clone(), key.to_owned(), tmp.clone());
+        let finished = match written.await {
+            Ok((file, etag, size)) => {
+                Self::blocking("put", key, move || {
+                    file.sync_data().map_err(|e| backend("put", &owned, &e))?;
+                    drop(file);
+                    let _lock = lock_key(&root, &owned)?;
+                    let current = match read_file("put", &owned, &path) {
+                        Ok(existing) => Some(content_etag(&existing)),
+                        Err(StoreError::NotFound(_)) => None,
+                        Err(e) => return Err(e),
+                    };
+                    if !allowed(&mode, current.as_deref()) {
+                        return Err(StoreError::Conflict(owned));
+                    }
+                    if let Some(parent) = path.parent() {
+                        fs::create_dir_all(parent).map_err(|e| backend("put", &owned, &e))?;
+                    }
+                    fs::rename(&moved, &path).map_err(|e| backend("put", &owned, &e))?;
+                    Ok(ObjectMeta { etag, size, key: owned })
+                })
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        if finished.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        finished
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError> {

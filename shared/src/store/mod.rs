@@ -110,6 +110,37 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// [`StoreError::Conflict`] when `mode`'s precondition does not hold.
     async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<ObjectMeta, StoreError>;
 
+    /// Writes the body `parts` yields, in order, under `key` as `mode`
+    /// allows, without holding more than a part or two of it: how a body
+    /// the size of an account's index (a compaction's merged segment) is
+    /// written. Parts other than the last must be at least [`PART_BYTES`]
+    /// (S3's multipart minimum); an iterator whose `size_hint` says at
+    /// most one part is written by one put.
+    ///
+    /// Cost (S3): one `PutObject` for at most one part; else a multipart
+    /// upload, one request per part (one part in memory at a time) and two
+    /// more, aborted on failure. The
+    /// local store streams the parts to a temporary file. The default
+    /// joins the parts and calls [`Store::put`] (the whole body in memory).
+    ///
+    /// Unknown outcomes: as [`Store::put`]; an upload that fails before it
+    /// completes leaves nothing under `key`.
+    ///
+    /// # Errors
+    /// As [`Store::put`].
+    async fn put_parts(
+        &self,
+        key: &str,
+        parts: &mut (dyn Iterator<Item = Bytes> + Send),
+        mode: PutMode,
+    ) -> Result<ObjectMeta, StoreError> {
+        let mut body = bytes::BytesMut::new();
+        for part in parts {
+            body.extend_from_slice(&part);
+        }
+        self.put(key, body.freeze(), mode).await
+    }
+
     /// Every object whose key starts with `prefix`, sorted by key.
     ///
     /// # Errors
@@ -199,9 +230,18 @@ pub fn validate_key(key: &str) -> Result<(), StoreError> {
 #[must_use]
 pub fn content_etag(body: &[u8]) -> String {
     use sha2::Digest as _;
-    let digest = sha2::Sha256::digest(body);
+    content_etag_of(sha2::Sha256::digest(body).as_slice())
+}
+
+/// [`content_etag`] from the SHA-256 `digest` of the body (hashed as it
+/// streams by).
+fn content_etag_of(digest: &[u8]) -> String {
     hex::encode(&digest[..16])
 }
+
+/// The size a body written in parts ([`Store::put_parts`]) is cut into:
+/// 5 MiB, S3's minimum part, so a writer holds as little as it can.
+pub const PART_BYTES: usize = 5 << 20;
 
 /// Whether `body` is the content `etag` names: the local backend's etag
 /// ([`content_etag`]) or S3's, the MD5 of a single-part upload. `false`

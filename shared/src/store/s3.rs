@@ -221,6 +221,59 @@ fn size_of(size: Option<i64>) -> u64 {
     size.and_then(|s| u64::try_from(s).ok()).unwrap_or_default()
 }
 
+impl S3Store {
+    /// Uploads `parts` (numbered from 1) to the multipart upload `upload`
+    /// of `key` and completes it as `mode` allows.
+    async fn upload(
+        &self,
+        key: &str,
+        upload: &str,
+        parts: &mut (dyn Iterator<Item = Bytes> + Send),
+        mode: &PutMode,
+    ) -> Result<ObjectMeta, StoreError> {
+        use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+        let full = self.full_key(key);
+        let (mut done, mut size) = (Vec::new(), 0u64);
+        // One part in memory at a time.
+        for (number, part) in (1..).zip(parts) {
+            size += part.len() as u64;
+            let output = self
+                .client
+                .upload_part()
+                .bucket(&self.bucket)
+                .key(&full)
+                .upload_id(upload)
+                .part_number(number)
+                .body(ByteStream::from(part))
+                .send()
+                .await
+                .map_err(|e| backend("put", key, &e))?;
+            done.push(CompletedPart::builder().part_number(number).set_e_tag(output.e_tag).build());
+        }
+        if done.is_empty() {
+            // Nothing came: an upload needs a part, an empty body does not.
+            return Err(StoreError::Backend { op: "put", key: key.to_owned(), message: "no part to upload".into() });
+        }
+        let mut request = self
+            .client
+            .complete_multipart_upload()
+            .bucket(&self.bucket)
+            .key(&full)
+            .upload_id(upload)
+            .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(done)).build());
+        request = match mode {
+            PutMode::Overwrite => request,
+            PutMode::CreateNew => request.if_none_match("*"),
+            PutMode::IfMatch(etag) => request.if_match(format!("\"{}\"", etag.trim_matches('"'))),
+        };
+        match request.send().await {
+            Ok(output) => Ok(ObjectMeta { key: key.to_owned(), etag: unquote(output.e_tag()), size }),
+            Err(e) if is_precondition_failure(&e, mode) => Err(StoreError::Conflict(key.to_owned())),
+            Err(e) => Err(backend("put", key, &e)),
+        }
+    }
+}
+
 #[async_trait]
 impl Store for S3Store {
     async fn get(&self, key: &str) -> Result<Object, StoreError> {
@@ -283,6 +336,45 @@ impl Store for S3Store {
             Err(e) if is_precondition_failure(&e, &mode) => Err(StoreError::Conflict(key.to_owned())),
             Err(e) => Err(backend("put", key, &e)),
         }
+    }
+
+    async fn put_parts(
+        &self,
+        key: &str,
+        parts: &mut (dyn Iterator<Item = Bytes> + Send),
+        mode: PutMode,
+    ) -> Result<ObjectMeta, StoreError> {
+        validate_key(key)?;
+        if parts.size_hint().1.is_some_and(|n| n <= 1) {
+            // One part at most: a plain put (joined all the same, should
+            // the hint be wrong).
+            let mut body = bytes::BytesMut::new();
+            for part in parts {
+                body.extend_from_slice(&part);
+            }
+            return self.put(key, body.freeze(), mode).await;
+        }
+        let full = self.full_key(key);
+        let created = self
+            .client
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(&full)
+            .send()
+            .await
+            .map_err(|e| backend("put", key, &e))?;
+        let Some(upload) = created.upload_id() else {
+            return Err(StoreError::Backend { op: "put", key: key.to_owned(), message: "no upload id".into() });
+        };
+        let result = self.upload(key, upload, parts, &mode).await;
+        if result.is_err() {
+            // Nothing lands under `key` without the completion; the parts go.
+            let abort = self.client.abort_multipart_upload().bucket(&self.bucket).key(&full).upload_id(upload);
+            if let Err(e) = abort.send().await {
+                tracing::debug!(key, error = %DisplayErrorContext(&e), "a failed multipart upload was not aborted");
+            }
+        }
+        result
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError> {

@@ -15,3 +15,10 @@ pub(crate) fn account() -> AccountId {
 pub(crate) fn embedder() -> EmbedderInfo {
     EmbedderInfo { id: "test-fixed/8".to_owned(), dimension: DIM }
 }
+
+/// The clock in milliseconds since the epoch, as a commit hands it to
+/// `skald::index::compact`.
+pub(crate) fn now_ms() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("the clock is past 1970");
+    i64::try_from(since.as_millis()).expect("milliseconds fit in an i64")
+}

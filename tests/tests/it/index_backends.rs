@@ -151,6 +151,7 @@ fn corpus() -> (Segment, Segment) {
             uri: first.records[i].uri.clone(),
             level: LEVEL_FILE,
             source_version: None,
+            kept_since: None,
         });
     }
     (first, second)
@@ -555,6 +556,7 @@ async fn versioned_commits_never_go_back_on_s3_vectors() {
             uri: uri("viking://resources/aws/v.md"),
             level: LEVEL_FILE,
             source_version: Some("09".into()),
+            kept_since: None,
         }],
         ..Segment::default()
     };
@@ -568,6 +570,7 @@ async fn versioned_commits_never_go_back_on_s3_vectors() {
             uri: uri("viking://resources/aws/v.md"),
             level: LEVEL_FILE,
             source_version: Some("0C".into()),
+            kept_since: None,
         }],
         ..Segment::default()
     };

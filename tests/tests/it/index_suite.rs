@@ -18,7 +18,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::{DIM, account, embedder};
+use crate::common::{DIM, account, embedder, now_ms};
 use skald::identity::AccountId;
 use skald::index::filter::{Field, FilterExpr, TimeField, TimeRange};
 use skald::index::record::{LEVEL_ABSTRACT, LEVEL_FILE, LEVEL_OVERVIEW};
@@ -48,6 +48,8 @@ skald_tests::on_both_stores!(worker_threads = 4;
     events_decay_with_age(shared),
     keyword_search_sees_only_live_records(shared),
     a_long_keyword_query_keeps_its_rarest_terms(shared),
+    a_compaction_reuses_the_index_it_is_given(shared),
+    compactions_prune_tombstones_a_week_after_keeping_them(shared),
 );
 
 // ---------------------------------------------------------------- helpers
@@ -103,8 +105,10 @@ fn segment(rows: Vec<(Record, Vec<f32>)>, tombstones: &[(&str, Level)]) -> Segme
         out.records.push(r);
         out.vectors.extend(v);
     }
-    out.tombstones =
-        tombstones.iter().map(|(u, level)| Tombstone { uri: uri(u), level: *level, source_version: None }).collect();
+    out.tombstones = tombstones
+        .iter()
+        .map(|(u, level)| Tombstone { uri: uri(u), level: *level, source_version: None, kept_since: None })
+        .collect();
     out
 }
 
@@ -683,7 +687,7 @@ async fn commits_keep_working_through_compaction(store: &SharedStore) {
     assert_eq!(nearest, [name(2)]);
 
     // An explicit compaction merges the rest into one segment.
-    compact(store, &account(), &embedder()).await.expect("compact");
+    compact(store, &account(), &embedder(), None, now_ms()).await.expect("compact");
     let (manifest, _) = stored_manifest(store).await;
     assert_eq!(manifest.segments.len(), 1);
     assert_eq!(stored_segments(store).await, [manifest.segments[0].key.clone()]);
@@ -706,7 +710,7 @@ async fn concurrent_compactions_keep_every_segment(store: &SharedStore) {
         let mut tasks = tokio::task::JoinSet::new();
         for _ in 0..2 {
             let store = Arc::clone(store);
-            tasks.spawn(async move { compact(&store, &account(), &embedder()).await });
+            tasks.spawn(async move { compact(&store, &account(), &embedder(), None, now_ms()).await });
         }
         while let Some(joined) = tasks.join_next().await {
             // A compaction may fail (its segments vanished under it); it must
@@ -757,7 +761,7 @@ async fn mixing_embedders_is_refused(store: &SharedStore) {
     commit_ok(store, &segment(vec![(record("viking://resources/c.md", LEVEL_FILE), axis(2))], &[])).await;
     let before = stored_manifest(store).await;
     assert!(
-        matches!(compact(store, &account(), &other_id).await, Err(IndexError::EmbedderMismatch { .. })),
+        matches!(compact(store, &account(), &other_id, None, now_ms()).await, Err(IndexError::EmbedderMismatch { .. })),
         "compaction with another embedder"
     );
     assert_eq!(stored_manifest(store).await, before, "a refused compaction leaves the manifest alone");
@@ -934,7 +938,7 @@ async fn ordered_commits_never_go_back(store: &SharedStore) {
     // compaction has merged the removal away.
     let basis = load(store).await;
     assert_eq!(ordered(store, removed("0B"), &basis).await.1, 0);
-    compact(store, &account(), &embedder()).await.expect("compact");
+    compact(store, &account(), &embedder(), None, now_ms()).await.expect("compact");
     assert_eq!(stored_manifest(store).await.0.segments.len(), 1);
     let (_, dropped) = ordered(store, at("09"), &basis).await;
     assert_eq!(dropped, 1, "no resurrection of a removed node");
@@ -1159,4 +1163,70 @@ async fn a_long_keyword_query_keeps_its_rarest_terms(store: &SharedStore) {
     let hits = snapshot.search(&params);
     assert_eq!(hits.first().map(|h| h.record.uri.as_str()), Some(needle), "the rare word is kept and wins");
     assert!(hits.iter().all(|h| h.score > 0.0 && h.score <= 1.0));
+}
+
+/// Given the index as the caller holds it, a compaction reads only the
+/// segments committed since (not the whole index again) and writes a
+/// merged segment that holds exactly the live records.
+async fn a_compaction_reuses_the_index_it_is_given(store: &SharedStore) {
+    for s in 0..4 {
+        let rows = vec![(record(&format!("viking://resources/reuse/s{s}.md"), LEVEL_FILE), axis(s))];
+        commit_ok(store, &segment(rows, &[])).await;
+    }
+    let held = load(store).await;
+    commit_ok(store, &segment(vec![(record("viking://resources/reuse/late.md", LEVEL_FILE), axis(5))], &[])).await;
+    let (before, _) = stored_manifest(store).await;
+    let late = before.segments.last().expect("a segment").key.clone();
+
+    let counting = skald_tests::counting::CountingStore::new(Arc::clone(store));
+    let shared: SharedStore = counting.clone();
+    compact(&shared, &account(), &embedder(), Some(&held), now_ms()).await.expect("compact");
+    let reads: Vec<String> =
+        counting.take().into_iter().filter(|c| c.op == "GET" && c.key.contains("/segments/")).map(|c| c.key).collect();
+    assert_eq!(reads, [late], "only the segment committed after the held index is read");
+
+    let (after, _) = stored_manifest(store).await;
+    assert_eq!(after.segments.len(), 1);
+    assert_eq!(after.segments[0].records, 5);
+    let compacted = load(store).await;
+    let names: BTreeSet<String> = compacted.records().map(|(r, _)| r.uri.to_string()).collect();
+    assert_eq!(names.len(), 5);
+    assert!(names.contains("viking://resources/reuse/late.md"));
+}
+
+/// A removal's versioned tombstone survives compactions for a week after
+/// the first one kept it (a stale read of the node still finds it
+/// removed), and the first compaction past the week drops it.
+async fn compactions_prune_tombstones_a_week_after_keeping_them(store: &SharedStore) {
+    const DAY: i64 = 24 * 3600 * 1000;
+    let node = "viking://resources/pruned/n.md";
+    let mut r = record(node, LEVEL_FILE);
+    r.source_version = Some("01".into());
+    commit_ok(store, &segment(vec![(r.clone(), axis(1))], &[])).await;
+    let stale = load(store).await;
+    let mut removal = segment(Vec::new(), &[(node, LEVEL_FILE)]);
+    removal.tombstones[0].source_version = Some("02".into());
+    commit_ok(store, &removal).await;
+    commit_ok(store, &segment(vec![(record("viking://resources/pruned/other.md", LEVEL_FILE), axis(2))], &[])).await;
+
+    let start = now_ms();
+    let removed_at =
+        |snapshot: &IndexSnapshot| snapshot.version_of(&uri(node), LEVEL_FILE).flatten().map(str::to_owned);
+    compact(store, &account(), &embedder(), None, start).await.expect("compact");
+    let (manifest, _) = stored_manifest(store).await;
+    assert_eq!((manifest.segments.len(), manifest.segments[0].tombstones), (1, 1));
+    // Six days on, another compaction keeps it, stamped with the first time.
+    commit_ok(store, &segment(vec![(record("viking://resources/pruned/more.md", LEVEL_FILE), axis(3))], &[])).await;
+    compact(store, &account(), &embedder(), None, start + 6 * DAY).await.expect("compact");
+    assert_eq!(removed_at(&load(store).await).as_deref(), Some("02"));
+    let (_, dropped) = ordered(store, segment(vec![(r.clone(), axis(1))], &[]), &stale).await;
+    assert_eq!(dropped, 1, "a stale read of the removed node is still refused");
+    // Eight days after the first: gone.
+    commit_ok(store, &segment(vec![(record("viking://resources/pruned/last.md", LEVEL_FILE), axis(4))], &[])).await;
+    compact(store, &account(), &embedder(), None, start + 8 * DAY).await.expect("compact");
+    let (manifest, _) = stored_manifest(store).await;
+    assert_eq!((manifest.segments.len(), manifest.segments[0].tombstones), (1, 0));
+    let index = load(store).await;
+    assert_eq!(index.version_of(&uri(node), LEVEL_FILE), None, "the index no longer knows the node");
+    assert_eq!(index.len(), 3);
 }

@@ -229,7 +229,9 @@ async fn overlapping_indexers_never_go_back(store: SharedStore) {
     let stale = held_indexer(&store, vec![versioned(NOTE, 4_000, "04")]).await;
     store.delete(&tree_key(NOTE)).await.expect("delete");
     assert_eq!(applied(&app, &[versioned(NOTE, 5_000, "05")]).await.removed, 1);
-    skald::index::compact(&store, &account(), &app.embedder_info()).await.expect("compact");
+    skald::index::compact(&store, &account(), &app.embedder_info(), None, crate::common::now_ms())
+        .await
+        .expect("compact");
     stale.finish().await;
     assert_eq!(note_abstract(&store).await, None, "the removed file stays removed");
 

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{DIM, account, embedder};
+use crate::common::{DIM, account, embedder, now_ms};
 use bytes::Bytes;
 use serde_json::{Value, json};
 use skald::index::{COMPACT_AT, IndexSnapshot, Manifest, Segment, commit, compact, manifest_key};
@@ -192,7 +192,7 @@ async fn an_ambiguous_commit_compacted_before_its_read_back_is_not_listed_again(
             tokio::spawn(async move { commit(&faults, &account(), &embedder(), &one_record(&name)).await })
         };
         gate.reached().await;
-        compact(&store, &account(), &embedder()).await.expect("compact");
+        compact(&store, &account(), &embedder(), None, now_ms()).await.expect("compact");
         gate.open();
         writer.await.expect("the writer").unwrap_or_else(|e| panic!("{fault:?}: the commit landed: {e}"));
         let manifest = manifest(&store).await;

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use skald::store::{DirListing, ObjectMeta, PutMode, SharedStore, Store, StoreError};
+use skald::store::{DirListing, ObjectMeta, PART_BYTES, PutMode, SharedStore, Store, StoreError};
 
 // Runs each check against both backends: `local::<check>` and
 // `s3::<check>`. A check marked `(borrowed)` takes `&dyn Store`; one marked
@@ -28,6 +28,7 @@ skald_tests::on_both_stores!(worker_threads = 2;
     list_dir_pages_past_a_thousand_entries(shared),
     list_dir_of_nothing_or_a_file_is_empty(borrowed),
     list_dir_tells_common_name_prefixes_apart(borrowed),
+    a_body_written_in_parts_reads_back_whole(borrowed),
 );
 
 /// Puts `text` under `key`.
@@ -363,4 +364,39 @@ async fn list_dir_tells_common_name_prefixes_apart(store: &dyn Store) {
     // (so a cut never skips an entry S3 paged before another).
     assert_eq!(level(store, "a", 2).await, (strings(&["b-c.md", "b.md"]), Vec::new(), true));
     assert_eq!(level(store, "a", 3).await, (strings(&["b-c.md", "b.md"]), strings(&["b"]), true));
+}
+
+/// A body of three parts (a multipart upload on S3) reads back whole,
+/// with the etag and size its write reported, under the same
+/// preconditions as a put; a body of one part is a plain put.
+async fn a_body_written_in_parts_reads_back_whole(store: &dyn Store) {
+    let key = "accounts/a/index/segments/big.seg";
+    let part = |byte: u8, len: usize| bytes::Bytes::from(vec![byte; len]);
+    let parts = || vec![part(1, PART_BYTES), part(2, PART_BYTES), part(3, 1000)];
+    let meta = store.put_parts(key, &mut parts().into_iter(), PutMode::CreateNew).await.expect("put in parts");
+    assert_eq!(meta.size, 2 * PART_BYTES as u64 + 1000);
+    let object = store.get(key).await.expect("get");
+    assert_eq!(object.body.to_vec(), parts().concat(), "the parts joined, in order");
+    assert_eq!(object.meta, meta, "get reports the write's metadata");
+
+    // Its preconditions hold as a put's.
+    let again = store.put_parts(key, &mut parts().into_iter(), PutMode::CreateNew).await;
+    assert_conflict(&again, key);
+    let stale = store.put_parts(key, &mut parts().into_iter(), PutMode::IfMatch("0123".into())).await;
+    assert_conflict(&stale, key);
+    let swapped = store
+        .put_parts(key, &mut vec![part(4, PART_BYTES), part(5, 10)].into_iter(), PutMode::IfMatch(meta.etag.clone()))
+        .await
+        .expect("compare-and-swap in parts");
+    assert_eq!(swapped.size, PART_BYTES as u64 + 10);
+    assert_eq!(store.get(key).await.expect("get").meta, swapped);
+
+    // One part, or none: a plain put.
+    let small = "accounts/a/index/segments/small.seg";
+    let one = store.put_parts(small, &mut vec![part(7, 5)].into_iter(), PutMode::CreateNew).await.expect("one part");
+    assert_eq!(text_of(store, small).await.as_bytes(), [7u8; 5]);
+    assert_eq!(one.size, 5);
+    let empty = store.put_parts("empty.seg", &mut std::iter::empty(), PutMode::CreateNew).await.expect("no part");
+    assert_eq!(empty.size, 0);
+    assert_eq!(text_of(store, "empty.seg").await, "");
 }
