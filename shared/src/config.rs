@@ -62,6 +62,8 @@ pub struct Config {
     pub retrieval: RetrievalConfig,
     /// The MCP endpoint's settings.
     pub mcp: McpConfig,
+    /// What a session commit makes of the conversation.
+    pub memory: MemoryConfig,
     /// The directory relative paths resolve against (the config file's
     /// directory; the working directory without a file). Not read from JSON.
     #[serde(skip)]
@@ -81,8 +83,29 @@ impl Default for Config {
             query_planner: None,
             retrieval: RetrievalConfig::default(),
             mcp: McpConfig::default(),
+            memory: MemoryConfig::default(),
             base_dir: PathBuf::from("."),
         }
+    }
+}
+
+/// What a session commit makes of the conversation ([`crate::memory`]).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemoryConfig {
+    /// Keep each archive's messages as event memories (episodes, no
+    /// model). Default true.
+    pub episodes: bool,
+    /// Index the memories a commit writes within the commit, instead of
+    /// leaving them to the store's change notifications (the `indexer`
+    /// function). Default (`null`): when the store is a local directory,
+    /// which sends none.
+    pub index_inline: Option<bool>,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        Self { episodes: true, index_inline: None }
     }
 }
 
@@ -723,6 +746,14 @@ impl Config {
         {
             dir.clone_into(model_dir);
         }
+    }
+
+    /// Whether a commit indexes the memories it writes itself
+    /// ([`MemoryConfig::index_inline`], else: the store is a local
+    /// directory, which sends no change notifications).
+    #[must_use]
+    pub fn memory_index_inline(&self) -> bool {
+        self.memory.index_inline.unwrap_or_else(|| matches!(self.store_location(), Ok(StoreLocation::Local(_))))
     }
 
     /// The embedding settings with relative paths resolved against

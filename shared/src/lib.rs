@@ -21,6 +21,7 @@ pub mod keys;
 pub mod ledger;
 #[cfg(feature = "llm")]
 pub mod llm;
+pub mod memory;
 #[cfg(feature = "assemble")]
 pub mod pipeline;
 #[cfg(feature = "secrets")]

@@ -27,6 +27,7 @@ pub mod recall;
 #[cfg(feature = "assemble")]
 pub mod search;
 pub mod sessions;
+pub mod tasks;
 
 use error::ApiError;
 

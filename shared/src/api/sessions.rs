@@ -5,9 +5,11 @@
 //! - `POST /api/v1/sessions/{id}/messages/batch` — append up to 100, in order
 //! - `GET /api/v1/sessions/{id}` — the session's counters
 //! - `POST /api/v1/sessions/{id}/commit` — archive the messages since the
-//!   last archive (`{}` or `{"keep_recent_count": n}`); no memory extraction
+//!   last archive (`{}` or `{"keep_recent_count": n}`) and keep them as
+//!   event memories ([`crate::memory`]), reporting a task
 //! - `GET /api/v1/sessions/{id}/context?token_budget=N` — the latest
 //!   archive overview, earlier abstracts and the newest messages
+//! - `GET /api/v1/tasks/{id}`, `GET /api/v1/tasks` — the caller's tasks
 //!
 //! A session lives under its user's tree, so another user's id is simply
 //! not found (404), never its content.
@@ -22,11 +24,12 @@ use super::fields::Query;
 use super::payload::{Budget, largest_fitting, respond};
 use super::{Admitted, admit_method, error_response, within_deadline};
 use crate::app::App;
+use crate::memory::tasks::{Task, TaskStatus};
 use crate::sessions::{SessionContext, SessionError, SessionId, SessionMeta, Sessions, StoredMessage};
 
 /// Fields of a commit body: the reference's `CommitRequest` fields Skald
 /// honours (`keep_recent_count`) or accepts and ignores (`telemetry`;
-/// `extraction_metadata`, since Skald extracts no memories). The
+/// `extraction_metadata`, which only a model extraction would read). The
 /// turn-budget retention fields are refused by name.
 pub const COMMIT_FIELDS: &[&str] = &["keep_recent_count", "telemetry", "extraction_metadata"];
 
@@ -40,9 +43,8 @@ pub const DEFAULT_CONTEXT_BUDGET: i64 = 128_000;
 /// The largest `token_budget` accepted.
 pub const MAX_CONTEXT_BUDGET: i64 = 1_000_000;
 
-/// What the commit response says about memory extraction.
-pub const NO_EXTRACTION: &str =
-    "Skald archives the session; it does not extract memories from it. Write memories as files of the tree.";
+/// What a skipped commit's response says about memory.
+pub const NOTHING_TO_REMEMBER: &str = "Nothing was archived, so no memory was made.";
 
 /// Messages a batch may hold.
 pub const MAX_BATCH: usize = 100;
@@ -104,12 +106,12 @@ enum Route {
 }
 
 fn route(method: &Method, path: &str) -> Result<Route, ApiError> {
-    let rest = path.trim_end_matches('/').strip_prefix("/api/v1/sessions").unwrap_or("\u{0}");
-    let parts: Vec<&str> = rest.split('/').skip(1).collect();
-    let not_found = || ApiError::NotFound(format!("no route {method} {path}"));
     let want = |m: &Method, r: Route| {
         if method == m { Ok(r) } else { Err(ApiError::MethodNotAllowed(method.to_string(), m.to_string())) }
     };
+    let rest = path.trim_end_matches('/').strip_prefix("/api/v1/sessions").unwrap_or("\u{0}");
+    let parts: Vec<&str> = rest.split('/').skip(1).collect();
+    let not_found = || ApiError::NotFound(format!("no route {method} {path}"));
     match (rest, parts.as_slice()) {
         ("", _) => want(&Method::POST, Route::Create),
         (_, [id]) => want(&Method::GET, Route::Get((*id).to_owned())),
@@ -132,8 +134,12 @@ fn now_text() -> String {
     time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
 }
 
-/// Handles every sessions route.
+/// Handles every sessions route, and the tasks routes ([`super::tasks`]),
+/// which the same function serves.
 pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
+    if request.uri().path().starts_with(super::tasks::PREFIX) {
+        return super::tasks::handle(app, request).await;
+    }
     let route = match route(request.method(), request.uri().path()) {
         Ok(r) => r,
         Err(e) => return error_response(&e),
@@ -427,7 +433,8 @@ async fn commit(
                     "archive_uri": null,
                     "archived": false,
                     "reason": skip.as_str(),
-                    "memory_extraction": NO_EXTRACTION,
+                    "task_id": null,
+                    "memory_extraction": NOTHING_TO_REMEMBER,
                     "trace_id": trace_id,
                 }));
             }
@@ -439,15 +446,17 @@ async fn commit(
         let (summary, how) = summarize(app, admitted, &plan.messages).await;
         match sessions.write_archive(id, &plan, &summary, how, now).await {
             Ok(meta) => {
+                let task = remember(app, admitted, sessions, id, &plan, now).await;
                 return Ok(json!({
                     "session_id": id.as_str(),
                     "status": "accepted",
+                    "task_id": task.task_id,
                     "archive_uri": sessions.archive_uri(id, plan.range.index).as_str(),
                     "archived": true,
                     "archived_message_count": plan.range.message_count,
                     "commit_count": meta.commit_count,
                     "summary": how,
-                    "memory_extraction": NO_EXTRACTION,
+                    "memory_extraction": describe_memory(&task, &admitted.identity),
                     "trace_id": trace_id,
                     "estimated_active_tokens": meta.pending_tokens,
                     "budget_exceeded": false,
@@ -456,6 +465,71 @@ async fn commit(
             Err(SessionError::Contention(_)) if attempt < 3 => {}
             Err(e) => return Err(e.into()),
         }
+    }
+}
+
+/// Remembers the archive `plan` wrote ([`crate::memory::remember_archive`])
+/// and records the commit's task, completed with what it made or failed
+/// with why (the archive stands either way). A task that cannot be written
+/// is logged; the commit still answers with its id.
+async fn remember(
+    app: &App,
+    admitted: &Admitted<'_>,
+    sessions: &Sessions<'_>,
+    id: &SessionId,
+    plan: &crate::sessions::CommitPlan,
+    now: &str,
+) -> Task {
+    let identity = &admitted.identity;
+    let index = plan.range.index;
+    let at = time::OffsetDateTime::parse(now, &time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| time::OffsetDateTime::now_utc());
+    let outcome = crate::memory::remember_archive(app, identity, id, index, &plan.messages, at).await;
+    let archive_uri = sessions.archive_uri(id, index);
+    let (status, events, error) = match outcome {
+        Ok(remembered) => (TaskStatus::Completed, remembered.events.len(), None),
+        Err(e) => {
+            tracing::warn!(session = id.as_str(), archive = index, error = %e, "an archive was not remembered");
+            (TaskStatus::Failed, 0, Some(e.to_string()))
+        }
+    };
+    let task = Task {
+        task_id: crate::memory::tasks::commit_task_id(identity, id, index),
+        task_type: "session_commit".to_owned(),
+        status,
+        created_at: at.unix_timestamp(),
+        updated_at: at.unix_timestamp(),
+        created_at_iso: now.to_owned(),
+        updated_at_iso: now.to_owned(),
+        resource_id: id.as_str().to_owned(),
+        stage: if status == TaskStatus::Completed { "done" } else { "episodes" }.to_owned(),
+        result: Some(json!({
+            "session_id": id.as_str(),
+            "archive_uri": archive_uri.as_str(),
+            "memories_extracted": { "events": events, "total": events },
+        })),
+        error,
+    };
+    if let Err(e) = crate::memory::tasks::put(&app.store, identity, &task).await {
+        tracing::warn!(task = task.task_id, error = %e, "a commit's task was not recorded");
+    }
+    task
+}
+
+/// What a commit's response says became of the conversation.
+fn describe_memory(task: &Task, identity: &crate::identity::Identity) -> String {
+    let events = task.result.as_ref().and_then(|r| r["memories_extracted"]["events"].as_u64()).unwrap_or(0);
+    match (&task.error, events) {
+        (Some(e), _) => {
+            format!("The session was archived, but its memories were not written ({e}); commit again later.")
+        }
+        (None, 0) => "The session was archived; memory from conversations is off.".to_owned(),
+        (None, n) => format!(
+            "The conversation was kept as {n} event {} under {}/memories/events, searchable by find, search and \
+             recall; no model extracts facts from it.",
+            if n == 1 { "memory" } else { "memories" },
+            identity.user_root()
+        ),
     }
 }
 

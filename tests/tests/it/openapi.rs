@@ -94,6 +94,18 @@ macro_rules! typed {
 const QUERY: &str = "kubernetes cluster upgrade";
 /// The session every `{id}` path names.
 const SESSION: &str = "openapi-drift";
+
+/// The task of [`SESSION`]'s first commit (user `default`), what
+/// `GET /api/v1/tasks/{id}` is asked for.
+fn session_task() -> String {
+    let identity = skald::identity::Identity {
+        account: skald::identity::AccountId::new("default").expect("account"),
+        user: skald::identity::UserId::new("default").expect("user"),
+        actor_peer: None,
+    };
+    let session = skald::sessions::SessionId::new(SESSION).expect("session id");
+    skald::memory::tasks::commit_task_id(&identity, &session, 1)
+}
 const MODES: [&str; 3] = ["list", "context", "bootstrap"];
 
 const FIND: &str = "/api/v1/search/find";
@@ -181,7 +193,8 @@ impl Operation<'_> {
     /// The path with `{id}` filled in and, for a GET route with query
     /// parameters, the query it needs besides the parameter under test.
     fn url(&self) -> String {
-        let path = self.path.replace("{id}", SESSION);
+        let id = if self.path.starts_with("/api/v1/tasks") { session_task() } else { SESSION.to_owned() };
+        let path = self.path.replace("{id}", &id);
         match base_query(&self.path) {
             "" => path,
             query => format!("{path}?{query}"),
@@ -200,7 +213,9 @@ impl Operation<'_> {
             SEARCH => Handler::Search,
             RECALL => Handler::Recall,
             BOOTSTRAP => Handler::Bootstrap,
-            p if p == SESSIONS || p.starts_with("/api/v1/sessions/") => Handler::Sessions,
+            p if p == SESSIONS || p.starts_with("/api/v1/sessions/") || p.starts_with("/api/v1/tasks") => {
+                Handler::Sessions
+            }
             p if CONTENT_ROUTES.contains(&p) => Handler::Content,
             MCP => Handler::Mcp,
             other => panic!("no handler known for documented path {other}"),
@@ -765,6 +780,7 @@ struct RouteReads {
 fn query_reads_by_path() -> BTreeMap<String, RouteReads> {
     let mut out = module_query_reads("content", "shared/src/api/content.rs", None);
     out.extend(module_query_reads("sessions", "shared/src/api/sessions.rs", Some(SESSIONS)));
+    out.extend(module_query_reads("tasks", "shared/src/api/tasks.rs", Some("/api/v1/tasks")));
     out
 }
 
@@ -1163,7 +1179,7 @@ async fn documented_defaults_are_what_stats_report() {
             let reply = call(&app, Handler::Sessions, "POST", &path, &[], Some(&body)).await;
             let mut result = reply.json["result"].clone();
             if let Some(result) = result.as_object_mut() {
-                for key in ["session_id", "archive_uri", "trace_id"] {
+                for key in ["session_id", "archive_uri", "trace_id", "task_id"] {
                     result.remove(key);
                 }
             }
@@ -1186,9 +1202,13 @@ async fn documented_headers_are_read() {
     let doc = doc();
     let (app, _dirs) = app().await;
     let search_routes = [FIND, SEARCH, RECALL, BOOTSTRAP];
-    // GET /sessions/{id} needs the session.
+    // GET /sessions/{id} needs the session, GET /tasks/{id} its commit's task.
     let created = call(&app, Handler::Sessions, "POST", SESSIONS, &[], Some(&json!({ "session_id": SESSION }))).await;
     assert_eq!(created.status, 200, "{}", created.text);
+    append_messages(&app, SESSION, 2).await;
+    let path = format!("{SESSIONS}/{SESSION}/commit");
+    let committed = call(&app, Handler::Sessions, "POST", &path, &[], Some(&json!({}))).await;
+    assert_eq!(committed.json["result"]["task_id"], session_task().as_str(), "{}", committed.text);
     let mut failures = Vec::new();
     for op in operations(&doc) {
         // MCP reads its headers otherwise: `mcp_documented_headers_are_read`.

@@ -20,8 +20,8 @@ use skald::identity::{AccountId, Identity, UserId};
 use skald::sessions::{SessionId, Sessions};
 use skald::store::{PutMode, SharedStore};
 use skald_tests::fixture::{
-    EMBED_DIMENSION, Reply, SESSIONS_PATH, app_over_store, local_store, ok, s3_shared_store, session_key, sessions_get,
-    sessions_post, store_json,
+    EMBED_DIMENSION, Handler, Reply, SESSIONS_PATH, app_over_store, call, local_store, ok, s3_shared_store,
+    session_key, sessions_get, sessions_post, store_json,
 };
 use skald_tests::model_server::{ModelServer, Reply as ModelReply};
 
@@ -72,8 +72,11 @@ async fn a_commit_archives_the_messages_and_the_session_counts_it() {
     assert_eq!(result["archived"], true);
     assert_eq!(result["archive_uri"], "viking://user/default/sessions/c1/history/archive_001");
     assert_eq!(result["archived_message_count"], 6);
-    assert!(result.get("task_id").is_none(), "no memory extraction, no task: {result}");
-    assert!(result["memory_extraction"].as_str().is_some_and(|m| m.contains("does not extract")), "{result}");
+    let task_id = result["task_id"].as_str().expect("a task");
+    assert!(
+        result["memory_extraction"].as_str().is_some_and(|m| m.contains("kept as 1 event memory under")),
+        "{result}"
+    );
     assert_eq!(result["summary"], "extractive");
 
     let after = info(&app, "c1").await;
@@ -86,6 +89,13 @@ async fn a_commit_archives_the_messages_and_the_session_counts_it() {
     let claim = store_json(&store, &session_key("default", "c1", "history/archive_001/.meta.json")).await;
     let claim = claim.expect("the archive's claim");
     assert_eq!((claim["from_seq"].as_u64(), claim["to_seq"].as_u64()), (Some(0), Some(6)), "{claim}");
+
+    // The commit's task says what became of the conversation.
+    let task = ok(&sessions_get(&app, &format!("/api/v1/tasks/{task_id}")).await).clone();
+    assert_eq!((task["status"].as_str(), task["task_type"].as_str()), (Some("completed"), Some("session_commit")));
+    assert_eq!(task["resource_id"], "c1");
+    assert_eq!(task["result"]["memories_extracted"], json!({"events": 1, "total": 1}), "{task}");
+    assert_eq!(task["result"]["archive_uri"], "viking://user/default/sessions/c1/history/archive_001");
 
     // Retried: nothing new, nothing archived twice.
     let again = commit(&app, "c1", &json!({})).await;
@@ -346,4 +356,53 @@ async fn bad_commits_and_contexts_are_refused_with_the_field_named() {
     assert_eq!(wrong_method.status, 405, "{}", wrong_method.text);
     // Nothing was archived by the refused commits.
     assert_eq!(counts(&info(&app, "b1").await), (0, 1, 1));
+}
+
+/// Say, remember, recall: what a user said in a committed session is an
+/// event memory that a later `find` and context `search` return, verbatim,
+/// with its date and speaker; another user finds none of it, and the task
+/// of another user's commit is not found.
+#[tokio::test]
+async fn what_a_committed_session_said_is_found_later() {
+    let (store, _dir) = local_store();
+    let app = app_over_store(store.clone());
+    let say = |id: &'static str, role: &'static str, text: &'static str, at: &'static str| json!({"id": id, "role": role, "content": text, "created_at": at});
+    let batch = json!({"messages": [
+        say("m1", "user", "Our dog Biscuit is allergic to chicken.", "2026-03-09T08:15:00+01:00"),
+        say("m2", "assistant", "Noted: no chicken for Biscuit.", "2026-03-09T08:15:20+01:00"),
+        say("m3", "user", "Also, the marathon is in Lisbon this year.", "2026-03-09T08:16:00+01:00"),
+        say("m4", "assistant", "Lisbon it is.", "2026-03-09T08:16:30+01:00"),
+    ]});
+    ok(&sessions_post(&app, &format!("{SESSIONS_PATH}/pets/messages/batch"), &batch).await);
+    let committed = commit(&app, "pets", &json!({})).await;
+    let task_id = ok(&committed)["task_id"].as_str().expect("a task").to_owned();
+
+    let event = "viking://user/default/memories/events/2026/03/09/pets-001-01.md";
+    let file =
+        store.get("accounts/default/tree/user/default/memories/events/2026/03/09/pets-001-01.md").await;
+    let text = String::from_utf8(file.expect("the episode file").body.to_vec()).expect("utf-8");
+    assert!(text.contains("[08:15] user: Our dog Biscuit is allergic to chicken."), "{text}");
+    assert!(text.contains("# 2026-03-09 (Monday) 08:15 ChatLog:"), "{text}");
+
+    let find = json!({"query": "what is my dog allergic to", "limit": 5});
+    let found = call(&app, Handler::Find, "POST", "/api/v1/search/find", &[], Some(&find)).await;
+    let memories = ok(&found)["memories"].as_array().expect("memories").clone();
+    let hit = memories.iter().find(|m| m["uri"] == event).unwrap_or_else(|| panic!("no episode in {memories:?}"));
+    assert_eq!(hit["context_type"], "memory", "{hit}");
+
+    let search = json!({"query": "what is my dog allergic to", "mode": "context", "max_tokens": 800});
+    let block = call(&app, Handler::Search, "POST", "/api/v1/search/search", &[], Some(&search)).await;
+    let rendered = ok(&block)["rendered"].as_str().expect("rendered").to_owned();
+    assert!(rendered.contains("Biscuit is allergic to chicken"), "{rendered}");
+
+    // Another user of the account sees none of it.
+    let bob = [("X-OpenViking-User", "bob")];
+    let theirs = call(&app, Handler::Find, "POST", "/api/v1/search/find", &bob, Some(&find)).await;
+    assert!(!theirs.text.contains("Biscuit"), "{}", theirs.text);
+    let task = call(&app, Handler::Sessions, "GET", &format!("/api/v1/tasks/{task_id}"), &bob, None).await;
+    assert_eq!(task.status, 404, "{}", task.text);
+
+    // Committed again (a retry after an unknown outcome): the same file, once.
+    let listed = store.list("accounts/default/tree/user/default/memories/events/").await.expect("list");
+    assert_eq!(listed.len(), 1, "{listed:?}");
 }

@@ -1,0 +1,305 @@
+//! Episodes: a committed archive's messages as event memories, with no
+//! model. Pure: messages in, files out; no I/O, no clock.
+//!
+//! An archive is cut into short windows of consecutive messages
+//! ([`windows`]); each window becomes one Markdown file under the user's
+//! `memories/events/{YYYY}/{MM}/{DD}/` ([`render`]), dated by its first
+//! message's `created_at` as the client sent it (its own offset, so the
+//! date is the one the speaker saw), every line attributed to its speaker
+//! and its text verbatim. Tool calls and outputs are cut to a bounded
+//! excerpt with their size. Names are built from the session id, the
+//! archive number and the window number only, so a retried commit or a
+//! redelivered event makes the same files.
+
+use serde_json::Value;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::sessions::{SessionId, StoredMessage};
+
+/// How an archive is cut into episodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpisodeOptions {
+    /// The most messages in one episode. Default 6 (three exchanges).
+    pub max_messages: usize,
+    /// The most estimated tokens in one episode; a longer single message
+    /// is an episode of its own. Default 600.
+    pub max_tokens: usize,
+    /// The most characters a tool call's input or output keeps (the rest
+    /// is counted, not kept). Default 300.
+    pub tool_excerpt_chars: usize,
+}
+
+impl Default for EpisodeOptions {
+    fn default() -> Self {
+        Self { max_messages: 6, max_tokens: 600, tool_excerpt_chars: 300 }
+    }
+}
+
+/// One episode file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Episode {
+    /// Its path under the user's root: `memories/events/YYYY/MM/DD/{name}.md`.
+    pub path: String,
+    /// The file's Markdown.
+    pub body: String,
+    /// The ids of the messages it holds, in order.
+    pub message_ids: Vec<String>,
+}
+
+/// Where each episode starts and ends in `messages`: windows of at most
+/// `max_messages` messages and `max_tokens` estimated tokens (`tokens`
+/// gives a message's), each cut before a user message when it is nearly
+/// full (so a question and its answer stay together).
+#[must_use]
+pub fn windows(tokens: &[usize], is_user: &[bool], options: &EpisodeOptions) -> Vec<std::ops::Range<usize>> {
+    let max_messages = options.max_messages.max(1);
+    let mut out = Vec::new();
+    let (mut start, mut used) = (0, 0);
+    for (i, &t) in tokens.iter().enumerate() {
+        let count = i - start;
+        let full = count >= max_messages
+            || (count > 0 && used + t > options.max_tokens)
+            || (count + 1 >= max_messages && is_user.get(i).copied().unwrap_or(false) && count >= 2);
+        if count > 0 && full {
+            out.push(start..i);
+            (start, used) = (i, 0);
+        }
+        used += t;
+    }
+    if start < tokens.len() {
+        out.push(start..tokens.len());
+    }
+    out
+}
+
+/// The episodes of archive `archive` of session `session`: `messages`
+/// (oldest first) cut by [`windows`] and rendered. `fallback` dates a
+/// message whose `created_at` does not parse (the commit's time).
+#[must_use]
+pub fn episodes(
+    session: &SessionId,
+    archive: u64,
+    messages: &[StoredMessage],
+    fallback: OffsetDateTime,
+    options: &EpisodeOptions,
+) -> Vec<Episode> {
+    let lines: Vec<String> = messages.iter().map(|m| message_text(m, options)).collect();
+    let tokens: Vec<usize> = lines.iter().map(|l| crate::tokens::estimate_tokens(l)).collect();
+    let is_user: Vec<bool> = messages.iter().map(|m| m.role == "user").collect();
+    windows(&tokens, &is_user, options)
+        .into_iter()
+        .enumerate()
+        .map(|(n, range)| render(session, archive, n + 1, &messages[range.clone()], &lines[range], fallback))
+        .collect()
+}
+
+/// When `message` was said: its `created_at` as sent, else `fallback`.
+fn said_at(message: &StoredMessage, fallback: OffsetDateTime) -> OffsetDateTime {
+    OffsetDateTime::parse(&message.created_at, &Rfc3339).unwrap_or(fallback)
+}
+
+/// Episode `number` of archive `archive`: its file name, header and lines.
+fn render(
+    session: &SessionId,
+    archive: u64,
+    number: usize,
+    messages: &[StoredMessage],
+    texts: &[String],
+    fallback: OffsetDateTime,
+) -> Episode {
+    let first = messages.first().map_or(fallback, |m| said_at(m, fallback));
+    let last = messages.last().map_or(fallback, |m| said_at(m, fallback));
+    let day = |t: OffsetDateTime| format!("{:04}-{:02}-{:02}", t.year(), u8::from(t.month()), t.day());
+    let clock = |t: OffsetDateTime| format!("{:02}:{:02}", t.hour(), t.minute());
+    // A leading dot would hide the file from the index.
+    let stem = session.as_str().trim_start_matches('.');
+    let path = format!(
+        "memories/events/{:04}/{:02}/{:02}/{}-{archive:03}-{number:02}.md",
+        first.year(),
+        u8::from(first.month()),
+        first.day(),
+        if stem.is_empty() { "session" } else { stem }
+    );
+    let opening = messages
+        .iter()
+        .zip(texts)
+        .find(|(m, _)| m.role == "user")
+        .or_else(|| messages.iter().zip(texts).next())
+        .map(|(_, text)| excerpt(text.lines().next().unwrap_or_default(), 160))
+        .unwrap_or_default();
+    let span = if day(first) == day(last) {
+        format!("{} {}–{}", day(first), clock(first), clock(last))
+    } else {
+        format!("{} {} – {} {}", day(first), clock(first), day(last), clock(last))
+    };
+    let mut body = format!(
+        "# Summary\nConversation in session {}, {span}: {opening}\n\n# {} ({}) {} ChatLog:\n",
+        session.as_str(),
+        day(first),
+        first.weekday(),
+        clock(first)
+    );
+    for (message, text) in messages.iter().zip(texts) {
+        let at = said_at(message, fallback);
+        let when = if day(at) == day(first) { clock(at) } else { format!("{} {}", day(at), clock(at)) };
+        let speaker = match &message.peer_id {
+            Some(peer) if !peer.is_empty() => format!("{} ({peer})", message.role),
+            _ => message.role.clone(),
+        };
+        body.push_str(&format!("[{when}] {speaker}: {text}\n"));
+    }
+    Episode { path, body, message_ids: messages.iter().map(|m| m.id.clone()).collect() }
+}
+
+/// What `message` says: its text verbatim, then each tool part as one
+/// bounded line (`[tool name: input … (N chars); output … (N chars)]`).
+fn message_text(message: &StoredMessage, options: &EpisodeOptions) -> String {
+    let mut out = message.text().trim_end().to_owned();
+    for part in message.parts.iter().flatten() {
+        if part.get("type").and_then(Value::as_str) != Some("tool") {
+            continue;
+        }
+        let name = part.get("tool_name").and_then(Value::as_str).unwrap_or("tool");
+        let mut pieces = Vec::new();
+        for field in ["tool_input", "tool_output"] {
+            let text = match part.get(field) {
+                None | Some(Value::Null) => continue,
+                Some(Value::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+            };
+            let size = text.chars().count();
+            let kept = excerpt(&text.split_whitespace().collect::<Vec<_>>().join(" "), options.tool_excerpt_chars);
+            let label = field.trim_start_matches("tool_");
+            pieces.push(format!("{label} {kept} ({size} chars)"));
+        }
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&format!("[tool {name}: {}]", pieces.join("; ")));
+    }
+    out
+}
+
+/// `text` cut to at most `max` characters, with `…` when cut.
+fn excerpt(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(id: &str, role: &str, text: &str, at: &str) -> StoredMessage {
+        StoredMessage {
+            id: id.into(),
+            role: role.into(),
+            content: Some(text.into()),
+            parts: None,
+            created_at: at.into(),
+            turn_id: None,
+            message_kind: None,
+            peer_id: None,
+            source_message_ids: None,
+            seq: 0,
+            claim: None,
+        }
+    }
+
+    fn fallback() -> OffsetDateTime {
+        OffsetDateTime::parse("2030-01-01T00:00:00Z", &Rfc3339).expect("time")
+    }
+
+    #[test]
+    fn windows_hold_exchanges_within_both_bounds() {
+        let options = EpisodeOptions { max_messages: 4, max_tokens: 100, tool_excerpt_chars: 10 };
+        // (token estimates, which are the user's, the windows as start..end)
+        type Row<'a> = (&'a [usize], &'a [bool], &'a [(usize, usize)]);
+        let rows: &[Row<'_>] = &[
+            (&[], &[], &[]),
+            (&[5], &[true], &[(0, 1)]),
+            // u a u a | u a: four messages at most.
+            (&[5; 6], &[true, false, true, false, true, false], &[(0, 4), (4, 6)]),
+            // u a a | u a a: cut before a user message when nearly full.
+            (&[5; 6], &[true, false, false, true, false, false], &[(0, 3), (3, 6)]),
+            // The token bound: 60 + 50 > 100.
+            (&[60, 50, 10], &[true, false, true], &[(0, 1), (1, 3)]),
+            // A message longer than the bound is a window of its own.
+            (&[10, 500, 10], &[true, false, true], &[(0, 1), (1, 2), (2, 3)]),
+        ];
+        for (tokens, users, want) in rows {
+            let got: Vec<(usize, usize)> = windows(tokens, users, &options).iter().map(|r| (r.start, r.end)).collect();
+            assert_eq!(got, *want, "{tokens:?} {users:?}");
+        }
+    }
+
+    #[test]
+    fn an_episode_is_dated_named_and_attributed_from_its_messages() {
+        let session = SessionId::new("chat-7").expect("id");
+        let mut said = vec![
+            message("m1", "user", "Our dog Biscuit is allergic to chicken.", "2026-07-14T21:05:00-07:00"),
+            message("m2", "assistant", "Noted: no chicken for Biscuit.\nAnything else?", "2026-07-14T21:06:30-07:00"),
+            message("m3", "user", "No, thanks.", "2026-07-15T00:01:00-07:00"),
+        ];
+        said[2].peer_id = Some("alice".into());
+        let out = episodes(&session, 2, &said, fallback(), &EpisodeOptions::default());
+        assert_eq!(out.len(), 1);
+        let episode = &out[0];
+        // The speaker's own date (not UTC's 15 July).
+        assert_eq!(episode.path, "memories/events/2026/07/14/chat-7-002-01.md");
+        assert_eq!(episode.message_ids, ["m1", "m2", "m3"]);
+        assert_eq!(
+            episode.body,
+            "# Summary\nConversation in session chat-7, 2026-07-14 21:05 – 2026-07-15 00:01: Our dog Biscuit is \
+             allergic to chicken.\n\n# 2026-07-14 (Tuesday) 21:05 ChatLog:\n[21:05] user: Our dog Biscuit is allergic \
+             to chicken.\n[21:06] assistant: Noted: no chicken for Biscuit.\nAnything else?\n[2026-07-15 00:01] user \
+             (alice): No, thanks.\n"
+        );
+    }
+
+    #[test]
+    fn tool_parts_are_cut_to_an_excerpt_with_their_size() {
+        let mut call = message("t1", "assistant", "", "not a time");
+        call.content = None;
+        call.parts = Some(vec![
+            serde_json::json!({"type": "text", "text": "Reading the file."}),
+            serde_json::json!({"type": "tool", "tool_name": "read", "tool_input": {"path": "a.md"},
+                               "tool_output": "x".repeat(1000)}),
+            serde_json::json!({"type": "context", "text": "injected, not said"}),
+        ]);
+        let options = EpisodeOptions { tool_excerpt_chars: 5, ..EpisodeOptions::default() };
+        let out = episodes(&SessionId::new("s").expect("id"), 1, &[call], fallback(), &options);
+        // An unparsable time falls back to the commit's.
+        assert_eq!(out[0].path, "memories/events/2030/01/01/s-001-01.md");
+        assert!(
+            out[0].body.ends_with(
+                "[00:00] assistant: Reading the file.\n[tool read: input {\"pat… (15 chars); output xxxxx… (1000 \
+                 chars)]\n"
+            ),
+            "{}",
+            out[0].body
+        );
+        assert!(!out[0].body.contains("injected"));
+    }
+
+    #[test]
+    fn the_same_archive_makes_the_same_files() {
+        let session = SessionId::new(".hidden").expect("id");
+        let said: Vec<StoredMessage> = (0..20)
+            .map(|i| {
+                let role = if i % 2 == 0 { "user" } else { "assistant" };
+                message(&format!("m{i}"), role, &format!("line {i}"), "2026-01-02T03:04:05Z")
+            })
+            .collect();
+        let a = episodes(&session, 3, &said, fallback(), &EpisodeOptions::default());
+        let b = episodes(&session, 3, &said, OffsetDateTime::UNIX_EPOCH, &EpisodeOptions::default());
+        assert_eq!(a, b);
+        assert_eq!(a.len(), 4);
+        assert_eq!(a[0].path, "memories/events/2026/01/02/hidden-003-01.md", "no hidden file");
+        let ids: Vec<&String> = a.iter().flat_map(|e| &e.message_ids).collect();
+        assert_eq!(ids.len(), 20, "every message in exactly one episode");
+    }
+}
