@@ -378,8 +378,7 @@ async fn what_a_committed_session_said_is_found_later() {
     let task_id = ok(&committed)["task_id"].as_str().expect("a task").to_owned();
 
     let event = "viking://user/default/memories/events/2026/03/09/pets-001-01.md";
-    let file =
-        store.get("accounts/default/tree/user/default/memories/events/2026/03/09/pets-001-01.md").await;
+    let file = store.get("accounts/default/tree/user/default/memories/events/2026/03/09/pets-001-01.md").await;
     let text = String::from_utf8(file.expect("the episode file").body.to_vec()).expect("utf-8");
     assert!(text.contains("[08:15] user: Our dog Biscuit is allergic to chicken."), "{text}");
     assert!(text.contains("# 2026-03-09 (Monday) 08:15 ChatLog:"), "{text}");
