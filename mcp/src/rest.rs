@@ -28,6 +28,9 @@ pub(crate) enum Route {
     List,
     /// `GET /health`.
     Health,
+    /// `POST /api/v1/sessions/…` (the path given with the call:
+    /// [`call_at`]).
+    Sessions,
 }
 
 impl Route {
@@ -40,6 +43,7 @@ impl Route {
             Self::Read => "/api/v1/content/read",
             Self::List => "/api/v1/fs/ls",
             Self::Health => "/health",
+            Self::Sessions => "/api/v1/sessions",
         }
     }
 }
@@ -71,13 +75,31 @@ pub(crate) async fn call(
     query: &[(&str, &str)],
     renames: Renames<'_>,
 ) -> Result<Answer, String> {
-    let request = build(parts, route, body, query)?;
+    call_at(app, parts, route, route.path(), body, query, renames).await
+}
+
+/// [`call`] at `path`, a path of `route`'s function (a session's
+/// `…/messages/batch` or `…/commit` for [`Route::Sessions`]).
+///
+/// # Errors
+/// As [`call`].
+pub(crate) async fn call_at(
+    app: &App,
+    parts: &http::request::Parts,
+    route: Route,
+    path: &str,
+    body: Option<&Map<String, Value>>,
+    query: &[(&str, &str)],
+    renames: Renames<'_>,
+) -> Result<Answer, String> {
+    let request = build(parts, path, body, query)?;
     let response = match route {
         Route::Find => skald::api::find::handle(app, request).await,
         Route::Search => skald::api::search::handle(app, request).await,
         Route::Recall => skald::api::recall::handle(app, request).await,
         Route::Bootstrap => skald::api::bootstrap::handle(app, request).await,
         Route::Read | Route::List | Route::Health => skald::api::content::handle(app, request).await,
+        Route::Sessions => skald::api::sessions::handle(app, request).await,
     };
     let status = response.status();
     let text = response.into_body();
@@ -103,12 +125,12 @@ pub(crate) async fn call(
 /// query and body.
 fn build(
     parts: &http::request::Parts,
-    route: Route,
+    path: &str,
     body: Option<&Map<String, Value>>,
     query: &[(&str, &str)],
 ) -> Result<Request<Bytes>, String> {
     let method = if body.is_some() { Method::POST } else { Method::GET };
-    let mut target = route.path().to_owned();
+    let mut target = path.to_owned();
     for (i, (name, value)) in query.iter().enumerate() {
         target.push(if i == 0 { '?' } else { '&' });
         target.push_str(&encode(name));

@@ -12,6 +12,7 @@
 //! | `read` | `GET /api/v1/content/read?uri=` | one read per URI, at most 10, at once |
 //! | `list` | `GET /api/v1/fs/ls?uri=&recursive=&output=agent` | as named |
 //! | `health` | `GET /health` | none |
+//! | `remember` | `POST /api/v1/sessions/{id}/messages/batch`, then `…/commit` | `messages` in a new session `mcp-store-<12 hex>`, 100 a batch |
 
 use std::sync::LazyLock;
 
@@ -29,10 +30,13 @@ use crate::rest::{self, Answer, Renames, Route};
 pub const INSTRUCTIONS: &str = "Skald holds this user's long-term memory as viking:// URIs (memories, resources, skills). \
 At the start of a session call bootstrap once. Before answering, call recall (or search with mode='context') for one \
 budgeted block of relevant memory, or find for a ranked list of URIs. Expand any URI with read; browse a directory \
-with list.";
+with list. To keep something the user said for later sessions, call remember with the messages.";
 
 /// `find`'s and list-mode `search`'s default `min_score`, as the reference.
 pub const LIST_MIN_SCORE: f64 = 0.35;
+
+/// Most messages one `remember` call keeps.
+pub const MAX_REMEMBER: usize = 1000;
 
 /// Most URIs one `read` call takes.
 pub const MAX_READ_URIS: usize = 10;
@@ -294,6 +298,24 @@ fn build() -> Vec<Tool> {
         "required": ["uri"]
     });
     let health_schema = json!({ "type": "object", "properties": {} });
+    let remember_schema = json!({
+        "type": "object",
+        "properties": {
+            "messages": {
+                "type": "array", "minItems": 1, "maxItems": MAX_REMEMBER,
+                "description": "The messages to keep, oldest first.",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "role": { "type": "string", "enum": ["user", "assistant"], "description": "Who said it." },
+                        "content": { "type": "string", "description": "What was said." }
+                    },
+                    "required": ["role", "content"]
+                }
+            }
+        },
+        "required": ["messages"]
+    });
     vec![
         tool(
             "find",
@@ -332,6 +354,13 @@ fn build() -> Vec<Tool> {
         ),
         tool("list", "List", "List a viking:// directory: one line per entry with its abstract.", list_schema, true),
         tool("health", "Health", "Check the server: status, version and authentication mode.", health_schema, true),
+        tool(
+            "remember",
+            "Remember",
+            "Keep messages as long-term memory: they are stored in a new session and committed, and the conversation becomes event memories (verbatim, dated, attributed) that find, search and recall return in later sessions. Returns what was stored and the commit's task id.",
+            remember_schema,
+            false,
+        ),
     ]
 }
 
@@ -379,6 +408,7 @@ pub(crate) async fn call(
             "bootstrap" => bootstrap(&ctx, args).await,
             "read" => read(&ctx, args).await,
             "list" => list_dir(&ctx, args).await,
+            "remember" => remember(&ctx, args).await,
             _ => health(&ctx).await,
         }
     });
@@ -601,4 +631,45 @@ async fn list_dir(ctx: &Ctx<'_>, mut args: Args) -> Result<String, String> {
 
 async fn health(ctx: &Ctx<'_>) -> Result<String, String> {
     Ok(ctx.get(Route::Health, &[], &[]).await?.result.to_string())
+}
+
+/// `remember`: the messages go to a new session, `mcp-store-<12 hex>`, in
+/// batches of [`skald::api::sessions::MAX_BATCH`], and the session is
+/// committed (which keeps them as event memories).
+async fn remember(ctx: &Ctx<'_>, mut args: Args) -> Result<String, String> {
+    let Some(Value::Array(messages)) = args.take("messages") else {
+        return Err(invalid("messages: Input should be a valid list"));
+    };
+    if messages.is_empty() || messages.len() > MAX_REMEMBER {
+        return Err(invalid(&format!("messages: between 1 and {MAX_REMEMBER} messages")));
+    }
+    for (i, message) in messages.iter().enumerate() {
+        let role = message.get("role").and_then(Value::as_str);
+        let content = message.get("content").and_then(Value::as_str);
+        if !matches!(role, Some("user" | "assistant")) || content.is_none() {
+            return Err(invalid(&format!("messages.{i}: needs role 'user' or 'assistant' and content, a string")));
+        }
+    }
+    let session = format!("mcp-store-{:012x}", skald::index::unique() & 0xffff_ffff_ffff);
+    for chunk in messages.chunks(skald::api::sessions::MAX_BATCH) {
+        let mut body = Map::new();
+        body.insert("messages".to_owned(), Value::Array(chunk.to_vec()));
+        let path = format!("/api/v1/sessions/{session}/messages/batch");
+        let answer = rest::call_at(ctx.app, ctx.parts, Route::Sessions, &path, Some(&body), &[], &[]).await?;
+        if answer.result["truncated"].as_bool().unwrap_or(false) {
+            let applied = answer.result["applied"].as_u64().unwrap_or(0);
+            return Err(format!(
+                "UNAVAILABLE: session {session} took {applied} of a batch of {} messages before its deadline; nothing was committed",
+                chunk.len()
+            ));
+        }
+    }
+    let path = format!("/api/v1/sessions/{session}/commit");
+    let committed = rest::call_at(ctx.app, ctx.parts, Route::Sessions, &path, Some(&Map::new()), &[], &[]).await?;
+    let task = committed.result["task_id"].as_str().unwrap_or_default();
+    let kept = committed.result["memory_extraction"].as_str().unwrap_or_default();
+    Ok(format!(
+        "Stored {} message(s) in session {session} and committed for memory extraction (task {task}). {kept}",
+        messages.len()
+    ))
 }

@@ -518,6 +518,17 @@ function checkArchive(run, name, r, archive, markers) {
   return run.record(name, true, `archive overview injected (${archive.overview.length} chars, ${archive.abstracts} pre-archive abstracts)`);
 }
 
+/** Say, remember, recall: a later session's block holds what was said in an earlier, committed one. */
+function checkRemembered(run, name, r, said) {
+  const ctx = additionalContext(r);
+  if (!ctx) return run.record(name, false, `no additionalContext on stdout (${shorten(r.stdout, 160) || "empty"}; ${recallPath(r)})`);
+  if (!ctx.includes(said)) {
+    return run.record(name, false, `the block does not hold "${said}" (${memoryElements(ctx).map((e) => e.uri).join(", ") || shorten(ctx, 160)})`);
+  }
+  const holder = memoryElements(ctx).find((e) => ctx.slice(ctx.indexOf(e.uri)).includes(said));
+  return run.record(name, true, `"${said}" injected${holder ? ` from ${holder.uri}` : ""}`);
+}
+
 function checkHookHygiene(run, prefix, sb) {
   const bad = [];
   let slowest = null;
@@ -638,6 +649,16 @@ async function runClaudeCode(run) {
     run.record("cc.subagent-stop.capture-commit",
       captured && after.commit_count > before.commit_count,
       `${sub}: ${after.describe()}`);
+  }
+
+  if (has("UserPromptSubmit") && has("SessionEnd")) {
+    // A new session asks about what the user said in this one after the
+    // resume (the continuation's turns, captured by Stop, committed by
+    // SessionEnd): the block holds it.
+    const later = { [CC_FIXTURE_SID]: randomUUID() };
+    const r = await run.runHook(sb, hooks.UserPromptSubmit,
+      run.event("prompt.json", sb, later, { prompt: "When is Niangao's vet check-up?" }), "UserPromptSubmit-later-session");
+    checkRemembered(run, "cc.memory-loop.recall", r, "Niangao has a vet check-up booked for January");
   }
 
   checkHookHygiene(run, "cc", sb);

@@ -231,7 +231,7 @@ async fn initialize_answers_each_protocol_version_without_a_session() {
     assert_eq!(versions, [V_2025_06, V_2025_11, V_2026], "{}", http.text);
     assert_eq!(result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "skald", "{}", http.text);
     let tools = rpc(&app, V_2026, "tools/list", &json!({})).await.result();
-    assert_eq!(tools["tools"].as_array().map(Vec::len), Some(7), "{tools}");
+    assert_eq!(tools["tools"].as_array().map(Vec::len), Some(8), "{tools}");
     // An `initialize` naming a revision without one (or one not served)
     // gets the newest served revision that has it.
     for asked in [V_2026, "2024-11-05"] {
@@ -249,7 +249,7 @@ async fn the_tool_list_matches_its_snapshot_in_every_revision() {
     let (app, _dirs) = default_app().await;
     let listed = rpc(&app, V_2025_06, "tools/list", &json!({})).await.result()["tools"].clone();
     let names: Vec<&str> = listed.as_array().into_iter().flatten().filter_map(|t| t["name"].as_str()).collect();
-    assert_eq!(names, ["find", "search", "recall", "bootstrap", "read", "list", "health"]);
+    assert_eq!(names, ["find", "search", "recall", "bootstrap", "read", "list", "health", "remember"]);
     for version in [V_2025_11, V_2026] {
         let other = rpc(&app, version, "tools/list", &json!({})).await.result()["tools"].clone();
         assert_eq!(other, listed, "{version}");
@@ -776,12 +776,12 @@ async fn identity_is_rests_dev_headers_claims_or_a_refusal() {
 async fn unknown_tools_are_json_rpc_errors_in_every_revision() {
     let (app, _dirs) = default_app().await;
     for version in [V_2025_06, V_2025_11, V_2026] {
-        let http = rpc(&app, version, "tools/call", &json!({"name": "remember", "arguments": {}})).await;
+        let http = rpc(&app, version, "tools/call", &json!({"name": "forget", "arguments": {}})).await;
         assert_eq!(http.status, 200, "{version}: {}", http.text);
         let json = http.json();
         assert!(json.get("result").is_none(), "{version}: {}", http.text);
         assert_eq!(json["error"]["code"], -32602, "{version}: {}", http.text);
-        assert_eq!(json["error"]["message"], "Unknown tool: remember", "{version}: {}", http.text);
+        assert_eq!(json["error"]["message"], "Unknown tool: forget", "{version}: {}", http.text);
     }
     // A known tool in 2026-07-28 works the same as in the older revisions.
     let params = json!({"name": "find", "arguments": {"query": "search service ranking", "limit": 2}});
@@ -886,4 +886,34 @@ async fn the_transport_refuses_what_a_stateless_json_server_cannot_serve() {
             .await;
     assert_eq!(http.status, 413, "{}", http.text);
     assert_eq!(http.json()["error"]["code"], "PAYLOAD_TOO_LARGE", "{}", http.text);
+}
+
+/// `remember` keeps what it is given: a new `mcp-store-…` session,
+/// committed, whose event memory `find` then returns; bad messages are the
+/// tool's error, naming the message.
+#[tokio::test]
+async fn remember_keeps_messages_that_find_returns() {
+    let (app, _dirs) = default_app().await;
+    let messages = json!([
+        {"role": "user", "content": "My locker code at the climbing gym is 4471."},
+        {"role": "assistant", "content": "Noted: locker code 4471 at the climbing gym."}
+    ]);
+    let stored = outcome(
+        &rpc(&app, V_2025_06, "tools/call", &json!({"name": "remember", "arguments": {"messages": messages}})).await,
+    );
+    assert!(!stored.is_error, "{}", stored.text);
+    assert!(stored.text.starts_with("Stored 2 message(s) in session mcp-store-"), "{}", stored.text);
+    assert!(stored.text.contains("kept as 1 event memory"), "{}", stored.text);
+    let found = text(&app, "find", &json!({"query": "what is my locker code at the climbing gym", "limit": 3})).await;
+    assert!(found.contains("/memories/events/") && found.contains("4471"), "{found}");
+
+    for (arguments, says) in [
+        (json!({"messages": []}), "messages"),
+        (json!({"messages": [{"role": "system", "content": "x"}]}), "messages.0"),
+        (json!({"messages": [{"role": "user"}]}), "messages.0"),
+    ] {
+        let refused =
+            outcome(&rpc(&app, V_2025_06, "tools/call", &json!({"name": "remember", "arguments": arguments})).await);
+        assert!(refused.is_error && refused.text.contains(says), "{arguments}: {}", refused.text);
+    }
 }

@@ -1,0 +1,127 @@
+"""Checks the conversational evaluation set's files (tests/eval/conversations/*.json).
+
+    python3 tests/eval/check.py [FILE...]      # default: every file of the set
+
+A file is one user's multi-session conversation with an assistant and the
+questions asked about it later:
+
+    {
+      "name": "01-lisbon-move",               # the file's stem
+      "language": "en" | "zh" | "mixed",
+      "user": "Maya Okafor",                  # who the user is (free text)
+      "sessions": [
+        {"id": "s01", "messages": [
+          {"id": "s01-m001", "role": "user" | "assistant",
+           "content": "...", "created_at": "2025-01-05T09:12:00+01:00"},
+          ...]},
+        ...],
+      "questions": [
+        {"id": "q001", "question": "...", "answer": "...",
+         "evidence": ["s03-m012", ...],       # the messages that hold the answer
+         "kind": "fact" | "update" | "temporal" | "multi_session" | "preference" | "detail"},
+        ...]
+    }
+
+Rules checked: ids unique; message ids are `{session}-m{NNN}`; times are RFC
+3339 with an offset and never go back within the file; every evidence id
+names a message; at least 8 sessions, 300 messages and 200 questions; every
+kind present; an `update` question has evidence in two sessions or more, and
+so has a `multi_session` one.
+"""
+
+import json
+import re
+import sys
+from datetime import datetime
+from pathlib import Path
+
+KINDS = {"fact", "update", "temporal", "multi_session", "preference", "detail"}
+TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(Z|[+-]\d{2}:\d{2})$")
+
+
+def check(path):
+    errors = []
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    if data.get("name") != Path(path).stem:
+        errors.append(f"name {data.get('name')!r} is not the file's stem {Path(path).stem!r}")
+    if data.get("language") not in {"en", "zh", "mixed"}:
+        errors.append(f"language {data.get('language')!r}")
+    messages = {}
+    last = None
+    sessions = data.get("sessions", [])
+    seen_sessions = set()
+    for session in sessions:
+        sid = session.get("id")
+        if sid in seen_sessions:
+            errors.append(f"session {sid} twice")
+        seen_sessions.add(sid)
+        for m in session.get("messages", []):
+            mid = m.get("id", "")
+            if not re.fullmatch(rf"{re.escape(str(sid))}-m\d{{3}}", mid):
+                errors.append(f"message id {mid!r} is not {sid}-mNNN")
+            if mid in messages:
+                errors.append(f"message {mid} twice")
+            messages[mid] = sid
+            if m.get("role") not in {"user", "assistant"}:
+                errors.append(f"{mid}: role {m.get('role')!r}")
+            if not isinstance(m.get("content"), str) or not m["content"].strip():
+                errors.append(f"{mid}: empty content")
+            at = m.get("created_at", "")
+            if not TIME.match(at):
+                errors.append(f"{mid}: created_at {at!r} is not RFC 3339 with an offset")
+                continue
+            t = datetime.fromisoformat(at.replace("Z", "+00:00"))
+            if last is not None and t < last:
+                errors.append(f"{mid}: time goes back ({at})")
+            last = t
+    questions = data.get("questions", [])
+    ids = set()
+    kinds = set()
+    for q in questions:
+        qid = q.get("id")
+        if qid in ids:
+            errors.append(f"question {qid} twice")
+        ids.add(qid)
+        for field in ("question", "answer"):
+            if not isinstance(q.get(field), str) or not q[field].strip():
+                errors.append(f"{qid}: empty {field}")
+        kind = q.get("kind")
+        kinds.add(kind)
+        if kind not in KINDS:
+            errors.append(f"{qid}: kind {kind!r}")
+        evidence = q.get("evidence") or []
+        if not evidence:
+            errors.append(f"{qid}: no evidence")
+        missing = [e for e in evidence if e not in messages]
+        if missing:
+            errors.append(f"{qid}: evidence {missing} names no message")
+        if kind in {"update", "multi_session"} and len({messages.get(e) for e in evidence}) < 2:
+            errors.append(f"{qid}: a {kind} question needs evidence in two sessions or more")
+    if len(sessions) < 8:
+        errors.append(f"{len(sessions)} sessions, fewer than 8")
+    if len(messages) < 300:
+        errors.append(f"{len(messages)} messages, fewer than 300")
+    if len(questions) < 200:
+        errors.append(f"{len(questions)} questions, fewer than 200")
+    if KINDS - kinds:
+        errors.append(f"no question of kind {sorted(KINDS - kinds)}")
+    return errors, len(sessions), len(messages), len(questions)
+
+
+def main():
+    files = sys.argv[1:] or sorted(str(p) for p in (Path(__file__).parent / "conversations").glob("*.json"))
+    failed = 0
+    for f in files:
+        try:
+            errors, s, m, q = check(f)
+        except (OSError, ValueError) as e:
+            errors, s, m, q = [str(e)], 0, 0, 0
+        print(f"{'ok  ' if not errors else 'FAIL'} {f}: {s} sessions, {m} messages, {q} questions")
+        for e in errors[:30]:
+            print(f"     {e}")
+        failed += bool(errors)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
