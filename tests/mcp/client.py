@@ -57,8 +57,12 @@ TOOL_ARGS: dict[str, list[str]] = {
     "read": ["uris"],
     "list": ["uri", "recursive"],
     "health": [],
+    "remember": ["messages"],
 }
-REQUIRED_ARGS = {"find": ["query"], "search": ["query"], "recall": ["query"], "read": ["uris"], "list": ["uri"]}
+REQUIRED_ARGS = {
+    "find": ["query"], "search": ["query"], "recall": ["query"], "read": ["uris"], "list": ["uri"],
+    "remember": ["messages"],
+}
 HANDSHAKE_VERSIONS = ("2025-06-18", "2025-11-25")
 MODERN_VERSION = "2026-07-28"
 URI_RE = re.compile(r"viking://[^\s\"'<>)\]]+")
@@ -235,7 +239,7 @@ async def tool_list_checks(r: Report, session: ClientSession) -> dict[str, Any]:
             return False, f"missing {', '.join(missing)} (listed: {', '.join(found) or 'none'})"
         return True, f"{len(tools)} tools: {', '.join(found)}"
 
-    await r.run("tools/list: lists find, search, recall, bootstrap, read, list, health", listing)
+    await r.run("tools/list: lists find, search, recall, bootstrap, read, list, health, remember", listing)
 
     for name, args in TOOL_ARGS.items():
         tool = found.get(name)
@@ -421,6 +425,21 @@ async def tool_call_checks(r: Report, session: ClientSession, timeout: float) ->
         return True, short(text, 100)
 
     await r.run("health says ok", health)
+
+    async def remember_then_find() -> tuple[bool, str]:
+        said = "The spare key to the allotment shed is under the blue watering can."
+        messages = [{"role": "user", "content": said}, {"role": "assistant", "content": "Noted."}]
+        err, text = await call(session, "remember", {"messages": messages}, timeout)
+        if bad := expect_ok(err, text):
+            return False, bad
+        err, found = await call(session, "find", {"query": "where is the spare key to the allotment shed", "limit": 3}, timeout)
+        if bad := expect_ok(err, found):
+            return False, bad
+        if "blue watering can" not in found:
+            return False, f"find does not return what remember kept: {short(found)}"
+        return True, short(text, 100)
+
+    await r.run("remember keeps messages that find then returns", remember_then_find)
 
     async def unknown_tool() -> tuple[bool, str]:
         try:
