@@ -1,0 +1,439 @@
+//! The conversational evaluation: say, remember, recall, end to end.
+//!
+//! ```text
+//! scripts/setup-model.sh        # once (the USE-m3 model), unless --hashed
+//! cargo run --release -p skald-bench --bin bench_conversations -- [--only NAME] [--hashed] [--show-misses N]
+//! ```
+//!
+//! Each conversation of `tests/eval/conversations/*.json` (checked by
+//! `tests/eval/check.py`) goes into a fresh local store as the plugins send
+//! it: each session's messages through `POST …/messages/batch` (100 at a
+//! time, with the client's `created_at`), then `POST …/commit`, whose task
+//! must say it completed. Then every question is asked, as the user would
+//! in a later session:
+//!
+//! - `search` in context mode at 400 and 1600 tokens: the evidence
+//!   messages' text is in the block (`rendered`);
+//! - `find` at limit 10: the evidence messages' text is in the hits' files.
+//!
+//! Each is scored twice: every evidence message there ("all"), and at
+//! least one ("any"). Beside it, a plain baseline over the same turn
+//! windows (the episodes the commits wrote, rebuilt with
+//! `skald::memory::episodes`): BM25 (k1 1.2, b 0.75, Skald's keyword
+//! terms, so CJK-aware) ranks the windows, its top 10 are its `find`, and
+//! its best windows packed whole, best first, until the budget is spent
+//! are its block. Nothing here is tuned on these questions: they measure.
+// A benchmark reports on stdout by design.
+#![allow(clippy::print_stdout)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use skald::app::App;
+use skald::memory::episodes::{EpisodeOptions, episodes};
+use skald::sessions::{SessionId, StoredMessage};
+use skald_bench::{Flags, TempStore, block_on, dev_app, embedder, event, fail, parse_body, percentile, repo, sorted};
+
+const USAGE: &str = "usage: bench_conversations [--only NAME] [--hashed] [--show-misses N]";
+
+#[derive(Debug, Deserialize)]
+struct Conversation {
+    name: String,
+    language: String,
+    sessions: Vec<Session>,
+    questions: Vec<Question>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Session {
+    id: String,
+    messages: Vec<Message>,
+}
+
+#[derive(Debug, Deserialize, Clone)]
+struct Message {
+    id: String,
+    role: String,
+    content: String,
+    created_at: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Question {
+    id: String,
+    question: String,
+    evidence: Vec<String>,
+    kind: String,
+}
+
+/// Hits of one way of answering, over the questions asked.
+#[derive(Debug, Default, Clone, Copy)]
+struct Score {
+    asked: usize,
+    all: usize,
+    any: usize,
+}
+
+impl Score {
+    fn add(&mut self, found: usize, wanted: usize) {
+        self.asked += 1;
+        self.all += usize::from(found == wanted);
+        self.any += usize::from(found > 0);
+    }
+
+    fn merge(&mut self, other: Score) {
+        self.asked += other.asked;
+        self.all += other.all;
+        self.any += other.any;
+    }
+
+    fn cell(self) -> String {
+        let pct = |n: usize| if self.asked == 0 { 0.0 } else { 100.0 * n as f64 / self.asked as f64 };
+        format!("{:.1}% ({:.1}%)", pct(self.all), pct(self.any))
+    }
+}
+
+/// The ways a question is answered: Skald's three and the baseline's three.
+const WAYS: [&str; 6] = ["block 400", "block 1600", "find 10", "bm25 block 400", "bm25 block 1600", "bm25 top 10"];
+
+#[derive(Debug, Default)]
+struct Results {
+    by_way: BTreeMap<&'static str, Score>,
+    by_kind: BTreeMap<(String, &'static str), Score>,
+    commits: Vec<Duration>,
+    messages: usize,
+    episodes: usize,
+    block_tokens: Vec<u64>,
+}
+
+fn main() {
+    let mut flags = Flags::from_env(USAGE);
+    let (mut only, mut hashed, mut show) = (None, false, 0usize);
+    while let Some(flag) = flags.next() {
+        match flag.as_str() {
+            "--only" => only = Some(flags.value(&flag).unwrap_or_else(|e| fail("--only", e))),
+            "--hashed" => hashed = true,
+            "--show-misses" => show = flags.at_least(&flag, 0).unwrap_or_else(|e| fail("--show-misses", e)),
+            other => fail("flags", flags.unknown(other)),
+        }
+    }
+    let dir = repo().join("tests/eval/conversations");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| fail(&dir.display().to_string(), e))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .filter(|p| {
+            only.as_ref().is_none_or(|o| p.file_stem().is_some_and(|s| s.to_string_lossy().contains(o.as_str())))
+        })
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        fail("conversations", format!("none in {}", dir.display()));
+    }
+    let embedder = embedder(hashed, "--hashed");
+    println!("== conversational evaluation: {} conversation(s), embedder {}", files.len(), embedder.id());
+    let mut total = Results::default();
+    let mut rows = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap_or_else(|e| fail(&file.display().to_string(), e));
+        let conversation: Conversation =
+            serde_json::from_str(&text).unwrap_or_else(|e| fail(&file.display().to_string(), e));
+        let started = Instant::now();
+        let results = block_on(evaluate(&conversation, Arc::clone(&embedder), show));
+        println!(
+            "{} ({}): {} sessions, {} messages -> {} episodes, {} questions, {:.1} s",
+            conversation.name,
+            conversation.language,
+            conversation.sessions.len(),
+            results.messages,
+            results.episodes,
+            conversation.questions.len(),
+            started.elapsed().as_secs_f64()
+        );
+        rows.push((conversation.name.clone(), conversation.language.clone(), results.by_way.clone()));
+        for (way, score) in &results.by_way {
+            total.by_way.entry(way).or_default().merge(*score);
+        }
+        for (key, score) in &results.by_kind {
+            total.by_kind.entry(key.clone()).or_default().merge(*score);
+        }
+        total.commits.extend(&results.commits);
+        total.messages += results.messages;
+        total.episodes += results.episodes;
+        total.block_tokens.extend(&results.block_tokens);
+    }
+    println!();
+    println!("evidence held: all of it (at least one), per conversation");
+    println!("| conversation | lang | {} |", WAYS.join(" | "));
+    println!("|---|---|{}", "---|".repeat(WAYS.len()));
+    for (name, lang, by_way) in &rows {
+        let cells: Vec<String> = WAYS.iter().map(|w| by_way.get(w).copied().unwrap_or_default().cell()).collect();
+        println!("| {name} | {lang} | {} |", cells.join(" | "));
+    }
+    let cells: Vec<String> = WAYS.iter().map(|w| total.by_way.get(w).copied().unwrap_or_default().cell()).collect();
+    println!("| **all** | | {} |", cells.join(" | "));
+    println!();
+    println!(
+        "by kind of question (all evidence): Skald's block 1600 / BM25's block 1600 / Skald's find 10 / BM25's top 10"
+    );
+    let kinds: Vec<String> = {
+        let mut k: Vec<String> = total.by_kind.keys().map(|(k, _)| k.clone()).collect();
+        k.dedup();
+        k
+    };
+    for kind in kinds {
+        let get = |way: &'static str| total.by_kind.get(&(kind.clone(), way)).copied().unwrap_or_default();
+        println!(
+            "  {kind:<14} n={:<4} {} / {} / {} / {}",
+            get("block 1600").asked,
+            get("block 1600").cell(),
+            get("bm25 block 1600").cell(),
+            get("find 10").cell(),
+            get("bm25 top 10").cell()
+        );
+    }
+    let commits = sorted(total.commits.iter().map(Duration::as_secs_f64));
+    let tokens = sorted(total.block_tokens.iter().copied());
+    println!();
+    println!(
+        "commit -> searchable (local store, inline indexing): p50 {:.0} ms, p95 {:.0} ms over {} commits; {} messages -> {} episodes ({:.0} per 1,000 messages); 1600-token blocks used p50 {} tokens",
+        percentile(&commits, 0.5) * 1000.0,
+        percentile(&commits, 0.95) * 1000.0,
+        commits.len(),
+        total.messages,
+        total.episodes,
+        if total.messages == 0 { 0.0 } else { 1000.0 * total.episodes as f64 / total.messages as f64 },
+        percentile(&tokens, 0.5),
+    );
+}
+
+/// Feeds `conversation` in and asks every question.
+async fn evaluate(conversation: &Conversation, embedder: Arc<dyn skald::embed::Embedder>, show: usize) -> Results {
+    let temp = TempStore::open(&format!("skald-bench-conversations-{}", conversation.name));
+    let app = dev_app(temp.store().clone(), embedder);
+    let mut results = Results::default();
+    let mut windows: Vec<String> = Vec::new();
+    for session in &conversation.sessions {
+        let id = format!("{}-{}", conversation.name, session.id);
+        for chunk in session.messages.chunks(100) {
+            let messages: Vec<Value> = chunk
+                .iter()
+                .map(|m| json!({"id": m.id, "role": m.role, "content": m.content, "created_at": m.created_at}))
+                .collect();
+            let (status, reply) = call(
+                &app,
+                "POST",
+                &format!("/api/v1/sessions/{id}/messages/batch"),
+                Some(&json!({"messages": messages})),
+            )
+            .await;
+            if status != 200 || reply["result"]["truncated"] == true {
+                fail("messages/batch", format!("{id}: {status} {reply}"));
+            }
+        }
+        let started = Instant::now();
+        let (status, reply) = call(&app, "POST", &format!("/api/v1/sessions/{id}/commit"), Some(&json!({}))).await;
+        results.commits.push(started.elapsed());
+        let task = reply["result"]["task_id"].as_str().unwrap_or_default().to_owned();
+        if status != 200 || task.is_empty() {
+            fail("commit", format!("{id}: {status} {reply}"));
+        }
+        let (_, task) = call(&app, "GET", &format!("/api/v1/tasks/{task}"), None).await;
+        if task["result"]["status"] != "completed" {
+            fail("task", format!("{id}: {task}"));
+        }
+        // The baseline's windows: the same episodes, rebuilt.
+        let stored: Vec<StoredMessage> = session.messages.iter().enumerate().map(|(i, m)| stored(m, i)).collect();
+        let session_id = SessionId::new(&id).unwrap_or_else(|e| fail("session id", e));
+        let made = episodes(&session_id, 1, &stored, time::OffsetDateTime::UNIX_EPOCH, &EpisodeOptions::default());
+        results.episodes += made.len();
+        windows.extend(made.into_iter().map(|e| e.body));
+        results.messages += session.messages.len();
+    }
+    let texts: HashMap<&str, String> =
+        conversation.sessions.iter().flat_map(|s| &s.messages).map(|m| (m.id.as_str(), normal(&m.content))).collect();
+    let bm25 = Bm25::new(&windows);
+    let mut file_texts: HashMap<String, String> = HashMap::new();
+    let mut misses = 0;
+    for q in &conversation.questions {
+        let wanted: Vec<&String> = q.evidence.iter().filter_map(|e| texts.get(e.as_str())).collect();
+        let held = |text: &str| wanted.iter().filter(|w| text.contains(w.as_str())).count();
+        let mut score = |way: &'static str, found: usize| {
+            results.by_way.entry(way).or_default().add(found, wanted.len());
+            results.by_kind.entry((q.kind.clone(), way)).or_default().add(found, wanted.len());
+        };
+        let mut block_1600 = String::new();
+        for (budget, way) in [(400, "block 400"), (1600, "block 1600")] {
+            let body = json!({"query": q.question, "mode": "context", "max_tokens": budget});
+            let (status, reply) = call(&app, "POST", "/api/v1/search/search", Some(&body)).await;
+            if status != 200 {
+                fail("search", format!("{}: {status} {reply}", q.id));
+            }
+            let rendered = normal(&unescape(reply["result"]["rendered"].as_str().unwrap_or_default()));
+            score(way, held(&rendered));
+            if budget == 1600 {
+                results.block_tokens.push(reply["result"]["stats"]["used_tokens"].as_u64().unwrap_or(0));
+                block_1600 = rendered;
+            }
+        }
+        let body = json!({"query": q.question, "limit": 10});
+        let (status, reply) = call(&app, "POST", "/api/v1/search/find", Some(&body)).await;
+        if status != 200 {
+            fail("find", format!("{}: {status} {reply}", q.id));
+        }
+        let mut hits = String::new();
+        for hit in ["memories", "resources", "skills"]
+            .iter()
+            .flat_map(|k| reply["result"][k].as_array().cloned().unwrap_or_default())
+        {
+            let Some(uri) = hit["uri"].as_str() else { continue };
+            if !file_texts.contains_key(uri) {
+                let text = read_uri(&temp, uri).await;
+                file_texts.insert(uri.to_owned(), text);
+            }
+            hits.push_str(&file_texts[uri]);
+            hits.push('\n');
+        }
+        score("find 10", held(&hits));
+        let ranked = bm25.rank(&q.question);
+        let top: String = ranked.iter().take(10).map(|&i| normal(&windows[i])).collect::<Vec<_>>().join("\n");
+        score("bm25 top 10", held(&top));
+        for (budget, way) in [(400, "bm25 block 400"), (1600, "bm25 block 1600")] {
+            score(way, held(&pack(&ranked, &windows, budget)));
+        }
+        if misses < show && held(&block_1600) < wanted.len() {
+            misses += 1;
+            println!("  miss {} [{}] {} -> evidence {:?}", q.id, q.kind, q.question, q.evidence);
+        }
+    }
+    results
+}
+
+/// A message as the store holds it (for rebuilding the episodes).
+fn stored(m: &Message, seq: usize) -> StoredMessage {
+    StoredMessage {
+        id: m.id.clone(),
+        role: m.role.clone(),
+        content: Some(m.content.clone()),
+        parts: None,
+        created_at: m.created_at.clone(),
+        turn_id: None,
+        message_kind: None,
+        peer_id: None,
+        source_message_ids: None,
+        seq: seq as u64,
+        claim: None,
+    }
+}
+
+/// Whitespace collapsed, so a message's text is found however a block
+/// wraps it.
+fn normal(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The block's XML escapes undone.
+fn unescape(text: &str) -> String {
+    text.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&apos;", "'").replace("&amp;", "&")
+}
+
+/// The file behind `uri` in the bench account's tree, normalised.
+async fn read_uri(temp: &TempStore, uri: &str) -> String {
+    let Some(path) = uri.strip_prefix("viking://") else { return String::new() };
+    let key = format!("accounts/{}/tree/{path}", skald_bench::account());
+    match temp.store().get(&key).await {
+        Ok(object) => normal(&String::from_utf8_lossy(&object.body)),
+        Err(_) => String::new(),
+    }
+}
+
+/// The best windows, whole and best first, while they fit `budget` tokens.
+fn pack(ranked: &[usize], windows: &[String], budget: usize) -> String {
+    let (mut out, mut used) = (String::new(), 0);
+    for &i in ranked {
+        let cost = skald::tokens::estimate_tokens(&windows[i]);
+        if used + cost > budget {
+            continue;
+        }
+        used += cost;
+        out.push_str(&normal(&windows[i]));
+        out.push('\n');
+    }
+    out
+}
+
+async fn call(app: &App, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let request = skald_lambda::to_library_request(event(method, path, body));
+    let response = if path.starts_with("/api/v1/search/find") {
+        Box::pin(skald::api::find::handle(app, request)).await
+    } else if path.starts_with("/api/v1/search/") {
+        Box::pin(skald::api::search::handle(app, request)).await
+    } else {
+        Box::pin(skald::api::sessions::handle(app, request)).await
+    };
+    (response.status().as_u16(), parse_body(response.body()))
+}
+
+/// Okapi BM25 over a fixed set of documents.
+struct Bm25 {
+    docs: Vec<HashMap<String, u32>>,
+    lengths: Vec<f64>,
+    df: HashMap<String, usize>,
+    average: f64,
+}
+
+impl Bm25 {
+    fn new(texts: &[String]) -> Self {
+        let mut docs = Vec::with_capacity(texts.len());
+        let mut df: HashMap<String, usize> = HashMap::new();
+        let mut lengths = Vec::with_capacity(texts.len());
+        for text in texts {
+            let mut counts: HashMap<String, u32> = HashMap::new();
+            let mut length = 0u32;
+            skald::index::lexical::for_each_term(text, |t| {
+                *counts.entry(t.to_owned()).or_default() += 1;
+                length += 1;
+            });
+            for term in counts.keys() {
+                *df.entry(term.clone()).or_default() += 1;
+            }
+            lengths.push(f64::from(length));
+            docs.push(counts);
+        }
+        let average = if lengths.is_empty() { 1.0 } else { lengths.iter().sum::<f64>() / lengths.len() as f64 };
+        Self { docs, lengths, df, average: average.max(1.0) }
+    }
+
+    /// Every document with a query term, best first (ties by position).
+    fn rank(&self, query: &str) -> Vec<usize> {
+        let (k1, b) = (1.2, 0.75);
+        let n = self.docs.len() as f64;
+        let mut terms = Vec::new();
+        skald::index::lexical::for_each_term(query, |t| terms.push(t.to_owned()));
+        terms.sort();
+        terms.dedup();
+        let mut scored: Vec<(f64, usize)> = self
+            .docs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, doc)| {
+                let score: f64 = terms
+                    .iter()
+                    .filter_map(|t| {
+                        let tf = f64::from(*doc.get(t)?);
+                        let df = *self.df.get(t)? as f64;
+                        let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+                        Some(idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * self.lengths[i] / self.average)))
+                    })
+                    .sum();
+                (score > 0.0).then_some((score, i))
+            })
+            .collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        scored.into_iter().map(|(_, i)| i).collect()
+    }
+}
