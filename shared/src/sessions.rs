@@ -185,6 +185,10 @@ pub struct SessionMeta {
     /// When the last commit archived (RFC 3339), or `""`.
     #[serde(default)]
     pub last_commit_at: String,
+    /// Memories the session's commits made, per category, with `total`
+    /// ([`crate::memory`]).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub memories_extracted: std::collections::BTreeMap<String, u64>,
 }
 
 impl SessionMeta {
@@ -746,6 +750,17 @@ fn gaps_in(meta: &SessionMeta, range: std::ops::Range<u64>) -> Vec<u64> {
     meta.gaps.iter().copied().filter(|seq| range.contains(seq)).collect()
 }
 
+/// An archive claimed and its summaries written
+/// ([`Sessions::claim_archive`]), its mark not yet moved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    /// The range claimed, with how its summaries were written.
+    pub range: ArchiveRange,
+    /// Whether the claim found was an earlier plan's with a shorter count
+    /// (corrected once the mark lands).
+    stale_claim: bool,
+}
+
 /// Why a commit archived nothing (the reference's `reason`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SkipReason {
@@ -880,22 +895,12 @@ impl Sessions<'_> {
     }
 
     /// Writes the archive `plan` describes with `summary` (`how`: `llm` or
-    /// `extractive`) and moves the meta's archive mark past it.
-    ///
-    /// Steps, each safe to repeat: claim `archive_{N}/.meta.json` by
-    /// create-if-absent (a claim with the same range is this commit's own,
-    /// from an earlier attempt whose outcome was unknown); write
-    /// `.overview.md` and `.abstract.md`; compare-and-swap the meta
-    /// (retried on concurrent appends; a meta already past the range means
-    /// an earlier attempt landed).
-    ///
-    /// Cost: three PUTs and a meta GET + compare-and-swap (more under
-    /// contention).
+    /// `extractive`) and moves the meta's archive mark past it:
+    /// [`Sessions::claim_archive`], then [`Sessions::mark_archived`] with
+    /// no memories.
     ///
     /// # Errors
-    /// [`SessionError::Contention`] when archive `N` was claimed for another
-    /// range by a concurrent commit (plan again) or the meta stayed busy;
-    /// store errors.
+    /// As those two.
     pub async fn write_archive(
         &self,
         id: &SessionId,
@@ -904,6 +909,32 @@ impl Sessions<'_> {
         how: &str,
         now: &str,
     ) -> Result<SessionMeta, SessionError> {
+        let claimed = self.claim_archive(id, plan, summary, how).await?;
+        self.mark_archived(id, plan, &claimed, &[], now).await
+    }
+
+    /// Claims the archive `plan` describes and writes its summaries
+    /// (`how`: `llm` or `extractive`); the archive mark does not move yet
+    /// ([`Sessions::mark_archived`]), so a commit cut here is finished by
+    /// the next one, which plans the same range.
+    ///
+    /// Steps, each safe to repeat: claim `archive_{N}/.meta.json` by
+    /// create-if-absent (a claim with the same range is this commit's own,
+    /// from an earlier attempt whose outcome was unknown); write
+    /// `.overview.md` and `.abstract.md`.
+    ///
+    /// Cost: three PUTs (a GET more when the claim is there).
+    ///
+    /// # Errors
+    /// [`SessionError::Contention`] when archive `N` was claimed for another
+    /// range by a concurrent commit (plan again); store errors.
+    pub async fn claim_archive(
+        &self,
+        id: &SessionId,
+        plan: &CommitPlan,
+        summary: &ArchiveSummary,
+        how: &str,
+    ) -> Result<Claimed, SessionError> {
         let range = ArchiveRange { summary: how.to_owned(), ..plan.range.clone() };
         let claim_key = self.archive_key(id, range.index, ".meta.json");
         // A claim of the same range made by an earlier plan that counted
@@ -938,6 +969,30 @@ impl Sessions<'_> {
         );
         overview?;
         abstract_?;
+        Ok(Claimed { range, stale_claim })
+    }
+
+    /// Moves the meta's archive mark past the archive [`Sessions::claim_archive`]
+    /// claimed, adding `memories` (category, count) to the session's
+    /// `memories_extracted`: by compare-and-swap, retried on concurrent
+    /// appends; a meta already past the range means an earlier attempt
+    /// landed (its memories already counted).
+    ///
+    /// Cost: a meta GET + compare-and-swap (more under contention).
+    ///
+    /// # Errors
+    /// [`SessionError::Contention`] when a late append changed the range
+    /// (plan again) or the meta stayed busy; store errors.
+    pub async fn mark_archived(
+        &self,
+        id: &SessionId,
+        plan: &CommitPlan,
+        claimed: &Claimed,
+        memories: &[(&str, u64)],
+        now: &str,
+    ) -> Result<SessionMeta, SessionError> {
+        let (range, stale_claim) = (&claimed.range, claimed.stale_claim);
+        let claim_key = self.archive_key(id, range.index, ".meta.json");
         let archived_tokens: u64 = plan.messages.iter().map(StoredMessage::token_estimate).sum();
         let mut unknown = 0;
         for attempt in 1..=CAS_ATTEMPTS {
@@ -961,10 +1016,14 @@ impl Sessions<'_> {
             meta.pending_tokens = meta.pending_tokens.saturating_sub(archived_tokens);
             meta.last_commit_at = now.to_owned();
             meta.updated_at = now.to_owned();
+            for (category, count) in memories {
+                *meta.memories_extracted.entry((*category).to_owned()).or_default() += count;
+                *meta.memories_extracted.entry("total".to_owned()).or_default() += count;
+            }
             match self.store.put(&self.meta_key(id), encode(&meta)?, PutMode::IfMatch(etag)).await {
                 Ok(_) => {
                     if stale_claim {
-                        self.correct_claim(&claim_key, &range).await;
+                        self.correct_claim(&claim_key, range).await;
                     }
                     self.delete_unrecorded(id, &plan.gaps).await;
                     return Ok(meta);

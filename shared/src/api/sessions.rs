@@ -406,7 +406,19 @@ fn info(sessions: &Sessions<'_>, id: &SessionId, meta: &SessionMeta) -> Value {
         "commit_count": meta.commit_count,
         "pending_tokens": meta.pending_tokens,
         "last_commit_at": meta.last_commit_at,
+        "memories_extracted": memories_extracted(meta),
     })
+}
+
+/// The session's `memories_extracted`: per category, with `total` (0
+/// before any commit made one).
+fn memories_extracted(meta: &SessionMeta) -> Value {
+    let mut out = serde_json::Map::new();
+    out.insert("total".to_owned(), json!(0));
+    for (category, count) in &meta.memories_extracted {
+        out.insert(category.clone(), json!(count));
+    }
+    Value::Object(out)
 }
 
 /// Commits session `id`: plans, summarises (with the configured model
@@ -444,9 +456,20 @@ async fn commit(
             Err(e) => return Err(e.into()),
         };
         let (summary, how) = summarize(app, admitted, &plan.messages).await;
-        match sessions.write_archive(id, &plan, &summary, how, now).await {
+        let claimed = match sessions.claim_archive(id, &plan, &summary, how).await {
+            Ok(claimed) => claimed,
+            Err(SessionError::Contention(_)) if attempt < 3 => continue,
+            Err(e) => return Err(e.into()),
+        };
+        // The memories land before the archive mark moves: a commit cut
+        // between the two is finished by the next one, which plans the
+        // same range and writes the same files once.
+        let events = remember(app, admitted, sessions, id, &plan, now).await?;
+        let counted = [("events", events as u64)];
+        let memories: &[(&str, u64)] = if events == 0 { &[] } else { &counted };
+        match sessions.mark_archived(id, &plan, &claimed, memories, now).await {
             Ok(meta) => {
-                let task = remember(app, admitted, sessions, id, &plan, now).await;
+                let task = record_task(app, admitted, sessions, id, plan.range.index, events, None, now).await;
                 return Ok(json!({
                     "session_id": id.as_str(),
                     "status": "accepted",
@@ -468,10 +491,11 @@ async fn commit(
     }
 }
 
-/// Remembers the archive `plan` wrote ([`crate::memory::remember_archive`])
-/// and records the commit's task, completed with what it made or failed
-/// with why (the archive stands either way). A task that cannot be written
-/// is logged; the commit still answers with its id.
+/// Keeps the messages of the archive `plan` claimed as memories
+/// ([`crate::memory::remember_archive`]); returns how many event memories
+/// they make. A failure records the commit's task as failed, with why, and
+/// fails the commit (503): the archive mark has not moved, so a retry
+/// plans the same range and writes what is missing.
 async fn remember(
     app: &App,
     admitted: &Admitted<'_>,
@@ -479,33 +503,51 @@ async fn remember(
     id: &SessionId,
     plan: &crate::sessions::CommitPlan,
     now: &str,
-) -> Task {
-    let identity = &admitted.identity;
-    let index = plan.range.index;
+) -> Result<usize, ApiError> {
     let at = time::OffsetDateTime::parse(now, &time::format_description::well_known::Rfc3339)
         .unwrap_or_else(|_| time::OffsetDateTime::now_utc());
-    let outcome = crate::memory::remember_archive(app, identity, id, index, &plan.messages, at).await;
-    let archive_uri = sessions.archive_uri(id, index);
-    let (status, events, error) = match outcome {
-        Ok(remembered) => (TaskStatus::Completed, remembered.events.len(), None),
+    let index = plan.range.index;
+    match crate::memory::remember_archive(app, &admitted.identity, id, index, &plan.messages, at).await {
+        Ok(remembered) => Ok(remembered.events.len()),
         Err(e) => {
-            tracing::warn!(session = id.as_str(), archive = index, error = %e, "an archive was not remembered");
-            (TaskStatus::Failed, 0, Some(e.to_string()))
+            let why = e.to_string();
+            record_task(app, admitted, sessions, id, index, 0, Some(why), now).await;
+            Err(ApiError::dependency("the conversation's memories could not be written; retry the commit", e))
         }
-    };
+    }
+}
+
+/// Records the commit's task: completed with the `events` it made, or
+/// failed with `error`. A task that cannot be written is logged; the
+/// commit still answers with its id.
+#[allow(clippy::too_many_arguments)]
+async fn record_task(
+    app: &App,
+    admitted: &Admitted<'_>,
+    sessions: &Sessions<'_>,
+    id: &SessionId,
+    index: u64,
+    events: usize,
+    error: Option<String>,
+    now: &str,
+) -> Task {
+    let identity = &admitted.identity;
+    let at = time::OffsetDateTime::parse(now, &time::format_description::well_known::Rfc3339)
+        .map_or(admitted.now, time::OffsetDateTime::unix_timestamp);
+    let failed = error.is_some();
     let task = Task {
         task_id: crate::memory::tasks::commit_task_id(identity, id, index),
         task_type: "session_commit".to_owned(),
-        status,
-        created_at: at.unix_timestamp(),
-        updated_at: at.unix_timestamp(),
+        status: if failed { TaskStatus::Failed } else { TaskStatus::Completed },
+        created_at: at,
+        updated_at: at,
         created_at_iso: now.to_owned(),
         updated_at_iso: now.to_owned(),
         resource_id: id.as_str().to_owned(),
-        stage: if status == TaskStatus::Completed { "done" } else { "episodes" }.to_owned(),
+        stage: if failed { "episodes" } else { "done" }.to_owned(),
         result: Some(json!({
             "session_id": id.as_str(),
-            "archive_uri": archive_uri.as_str(),
+            "archive_uri": sessions.archive_uri(id, index).as_str(),
             "memories_extracted": { "events": events, "total": events },
         })),
         error,
@@ -520,9 +562,7 @@ async fn remember(
 fn describe_memory(task: &Task, identity: &crate::identity::Identity) -> String {
     let events = task.result.as_ref().and_then(|r| r["memories_extracted"]["events"].as_u64()).unwrap_or(0);
     match (&task.error, events) {
-        (Some(e), _) => {
-            format!("The session was archived, but its memories were not written ({e}); commit again later.")
-        }
+        (Some(e), _) => format!("The conversation's memories were not written ({e}); commit again."),
         (None, 0) => "The session was archived; memory from conversations is off.".to_owned(),
         (None, n) => format!(
             "The conversation was kept as {n} event {} under {}/memories/events, searchable by find, search and \

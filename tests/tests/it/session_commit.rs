@@ -81,6 +81,7 @@ async fn a_commit_archives_the_messages_and_the_session_counts_it() {
 
     let after = info(&app, "c1").await;
     assert_eq!(counts(&after), (1, 0, 6), "{after}");
+    assert_eq!(after["memories_extracted"], json!({"total": 1, "events": 1}), "{after}");
     assert_eq!(after["pending_tokens"], 0, "{after}");
     let overview =
         store.get(&session_key("default", "c1", "history/archive_001/.overview.md")).await.expect("overview");
@@ -404,4 +405,41 @@ async fn what_a_committed_session_said_is_found_later() {
     // Committed again (a retry after an unknown outcome): the same file, once.
     let listed = store.list("accounts/default/tree/user/default/memories/events/").await.expect("list");
     assert_eq!(listed.len(), 1, "{listed:?}");
+}
+
+/// The memories land before the archive mark moves: a commit whose episode
+/// write fails answers 503, its task says why, and nothing is lost — the
+/// retry plans the same archive, writes the missing file and keeps the one
+/// already there, and the session counts its memories once.
+#[tokio::test]
+async fn a_commit_whose_memories_fail_is_finished_by_its_retry() {
+    use skald_tests::faults::{Fault, FaultyStore, Op, Rule};
+    let (store, _dir) = local_store();
+    let faulty = Arc::new(FaultyStore::new(store.clone(), vec![]));
+    let shared: SharedStore = faulty.clone();
+    let app = app_over_store(shared);
+    // 14 messages: three episodes; the second one's write fails (the third
+    // may land beside it).
+    dialogue(&app, "f1", 7, "Porto").await;
+    faulty.push(Rule::nth(Op::Put, "memories/events/", 2, Fault::FailBeforeLanding));
+    let failed = commit(&app, "f1", &json!({})).await;
+    assert_eq!(failed.status, 503, "{}", failed.text);
+    assert_eq!(counts(&info(&app, "f1").await), (0, 14, 14), "nothing archived yet");
+    let events = "accounts/default/tree/user/default/memories/events/";
+    let landed = store.list(events).await.expect("list").len();
+    assert!((1..3).contains(&landed), "the first episode landed, the second did not: {landed}");
+    let tasks = ok(&sessions_get(&app, "/api/v1/tasks?resource_id=f1").await).clone();
+    assert_eq!(tasks[0]["status"], "failed", "{tasks}");
+    assert!(tasks[0]["error"].as_str().is_some_and(|e| !e.is_empty()), "{tasks}");
+
+    let retried = commit(&app, "f1", &json!({})).await;
+    let result = ok(&retried);
+    assert_eq!(result["archive_uri"], "viking://user/default/sessions/f1/history/archive_001", "{result}");
+    assert_eq!(store.list(events).await.expect("list").len(), 3);
+    let task =
+        ok(&sessions_get(&app, &format!("/api/v1/tasks/{}", result["task_id"].as_str().expect("task"))).await).clone();
+    assert_eq!((task["status"].as_str(), task["error"].is_null()), (Some("completed"), true), "{task}");
+    let after = info(&app, "f1").await;
+    assert_eq!(counts(&after), (1, 0, 14));
+    assert_eq!(after["memories_extracted"], json!({"total": 3, "events": 3}), "{after}");
 }
