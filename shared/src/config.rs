@@ -101,11 +101,34 @@ pub struct MemoryConfig {
     /// function). Default (`null`): when the store is a local directory,
     /// which sends none.
     pub index_inline: Option<bool>,
+    /// The most messages in one episode. Default 2 (one exchange).
+    pub episode_messages: usize,
+    /// The most estimated tokens in one episode (a longer message is an
+    /// episode of its own). Default 600.
+    pub episode_tokens: usize,
 }
 
 impl Default for MemoryConfig {
     fn default() -> Self {
-        Self { episodes: true, index_inline: None }
+        let episodes = crate::memory::episodes::EpisodeOptions::default();
+        Self {
+            episodes: true,
+            index_inline: None,
+            episode_messages: episodes.max_messages,
+            episode_tokens: episodes.max_tokens,
+        }
+    }
+}
+
+impl MemoryConfig {
+    /// How archives are cut into episodes.
+    #[must_use]
+    pub fn episode_options(&self) -> crate::memory::episodes::EpisodeOptions {
+        crate::memory::episodes::EpisodeOptions {
+            max_messages: self.episode_messages.max(1),
+            max_tokens: self.episode_tokens.max(1),
+            ..crate::memory::episodes::EpisodeOptions::default()
+        }
     }
 }
 

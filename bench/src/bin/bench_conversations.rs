@@ -34,11 +34,11 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use skald::app::App;
-use skald::memory::episodes::{EpisodeOptions, episodes};
+use skald::memory::episodes::episodes;
 use skald::sessions::{SessionId, StoredMessage};
 use skald_bench::{Flags, TempStore, block_on, dev_app, embedder, event, fail, parse_body, percentile, repo, sorted};
 
-const USAGE: &str = "usage: bench_conversations [--only NAME] [--hashed] [--show-misses N]";
+const USAGE: &str = "usage: bench_conversations [--only NAME] [--hashed] [--show-misses N] [--episode-messages N] [--episode-tokens N] [--limit N]";
 
 #[derive(Debug, Deserialize)]
 struct Conversation {
@@ -113,11 +113,20 @@ struct Results {
 fn main() {
     let mut flags = Flags::from_env(USAGE);
     let (mut only, mut hashed, mut show) = (None, false, 0usize);
+    let mut memory = skald::config::MemoryConfig::default();
+    let mut limit = None;
     while let Some(flag) = flags.next() {
         match flag.as_str() {
             "--only" => only = Some(flags.value(&flag).unwrap_or_else(|e| fail("--only", e))),
             "--hashed" => hashed = true,
             "--show-misses" => show = flags.at_least(&flag, 0).unwrap_or_else(|e| fail("--show-misses", e)),
+            "--episode-messages" => {
+                memory.episode_messages = flags.at_least(&flag, 1).unwrap_or_else(|e| fail("--episode-messages", e));
+            }
+            "--limit" => limit = Some(flags.at_least(&flag, 1).unwrap_or_else(|e| fail("--limit", e))),
+            "--episode-tokens" => {
+                memory.episode_tokens = flags.at_least(&flag, 1).unwrap_or_else(|e| fail("--episode-tokens", e));
+            }
             other => fail("flags", flags.unknown(other)),
         }
     }
@@ -135,7 +144,13 @@ fn main() {
         fail("conversations", format!("none in {}", dir.display()));
     }
     let embedder = embedder(hashed, "--hashed");
-    println!("== conversational evaluation: {} conversation(s), embedder {}", files.len(), embedder.id());
+    println!(
+        "== conversational evaluation: {} conversation(s), embedder {}, episodes of at most {} messages and {} tokens",
+        files.len(),
+        embedder.id(),
+        memory.episode_messages,
+        memory.episode_tokens
+    );
     let mut total = Results::default();
     let mut rows = Vec::new();
     for file in &files {
@@ -143,7 +158,7 @@ fn main() {
         let conversation: Conversation =
             serde_json::from_str(&text).unwrap_or_else(|e| fail(&file.display().to_string(), e));
         let started = Instant::now();
-        let results = block_on(evaluate(&conversation, Arc::clone(&embedder), show));
+        let results = block_on(evaluate(&conversation, Arc::clone(&embedder), &memory, limit, show));
         println!(
             "{} ({}): {} sessions, {} messages -> {} episodes, {} questions, {:.1} s",
             conversation.name,
@@ -200,10 +215,11 @@ fn main() {
     let tokens = sorted(total.block_tokens.iter().copied());
     println!();
     println!(
-        "commit -> searchable (local store, inline indexing): p50 {:.0} ms, p95 {:.0} ms over {} commits; {} messages -> {} episodes ({:.0} per 1,000 messages); 1600-token blocks used p50 {} tokens",
+        "commit -> searchable (local store, inline indexing): p50 {:.0} ms, p95 {:.0} ms over {} commits ({:.1} s per 1,000 messages); {} messages -> {} episodes ({:.0} per 1,000 messages); 1600-token blocks used p50 {} tokens",
         percentile(&commits, 0.5) * 1000.0,
         percentile(&commits, 0.95) * 1000.0,
         commits.len(),
+        if total.messages == 0 { 0.0 } else { commits.iter().sum::<f64>() * 1000.0 / total.messages as f64 },
         total.messages,
         total.episodes,
         if total.messages == 0 { 0.0 } else { 1000.0 * total.episodes as f64 / total.messages as f64 },
@@ -212,9 +228,16 @@ fn main() {
 }
 
 /// Feeds `conversation` in and asks every question.
-async fn evaluate(conversation: &Conversation, embedder: Arc<dyn skald::embed::Embedder>, show: usize) -> Results {
+async fn evaluate(
+    conversation: &Conversation,
+    embedder: Arc<dyn skald::embed::Embedder>,
+    memory: &skald::config::MemoryConfig,
+    limit: Option<usize>,
+    show: usize,
+) -> Results {
     let temp = TempStore::open(&format!("skald-bench-conversations-{}", conversation.name));
-    let app = dev_app(temp.store().clone(), embedder);
+    let mut app = dev_app(temp.store().clone(), embedder);
+    app.config.memory = memory.clone();
     let mut results = Results::default();
     let mut windows: Vec<String> = Vec::new();
     for session in &conversation.sessions {
@@ -249,7 +272,7 @@ async fn evaluate(conversation: &Conversation, embedder: Arc<dyn skald::embed::E
         // The baseline's windows: the same episodes, rebuilt.
         let stored: Vec<StoredMessage> = session.messages.iter().enumerate().map(|(i, m)| stored(m, i)).collect();
         let session_id = SessionId::new(&id).unwrap_or_else(|e| fail("session id", e));
-        let made = episodes(&session_id, 1, &stored, time::OffsetDateTime::UNIX_EPOCH, &EpisodeOptions::default());
+        let made = episodes(&session_id, 1, &stored, time::OffsetDateTime::UNIX_EPOCH, &memory.episode_options());
         results.episodes += made.len();
         windows.extend(made.into_iter().map(|e| e.body));
         results.messages += session.messages.len();
@@ -268,7 +291,10 @@ async fn evaluate(conversation: &Conversation, embedder: Arc<dyn skald::embed::E
         };
         let mut block_1600 = String::new();
         for (budget, way) in [(400, "block 400"), (1600, "block 1600")] {
-            let body = json!({"query": q.question, "mode": "context", "max_tokens": budget});
+            let mut body = json!({"query": q.question, "mode": "context", "max_tokens": budget});
+            if let Some(limit) = limit {
+                body["limit"] = json!(limit);
+            }
             let (status, reply) = call(&app, "POST", "/api/v1/search/search", Some(&body)).await;
             if status != 200 {
                 fail("search", format!("{}: {status} {reply}", q.id));

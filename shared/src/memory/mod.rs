@@ -59,7 +59,7 @@ pub struct Remembered {
 /// each by create-if-absent. `now` dates messages whose `created_at` does
 /// not parse.
 ///
-/// Cost: one PUT per episode (a window of about six messages),
+/// Cost: one PUT per episode (one exchange),
 /// [`WRITE_CONCURRENCY`] at a time.
 ///
 /// Unknown outcomes: a `Conflict` means the file is there (this archive's
@@ -134,7 +134,7 @@ pub async fn remember_archive(
     if !app.config.memory.episodes {
         return Ok(Remembered::default());
     }
-    let options = EpisodeOptions::default();
+    let options = app.config.memory.episode_options();
     let (events, written) = write_episodes(&app.store, identity, session, archive, messages, now, &options).await?;
     let indexed = if app.config.memory_index_inline() && !events.is_empty() {
         let changes: Vec<Change> = events

@@ -74,14 +74,14 @@ async fn a_commit_archives_the_messages_and_the_session_counts_it() {
     assert_eq!(result["archived_message_count"], 6);
     let task_id = result["task_id"].as_str().expect("a task");
     assert!(
-        result["memory_extraction"].as_str().is_some_and(|m| m.contains("kept as 1 event memory under")),
+        result["memory_extraction"].as_str().is_some_and(|m| m.contains("kept as 3 event memories under")),
         "{result}"
     );
     assert_eq!(result["summary"], "extractive");
 
     let after = info(&app, "c1").await;
     assert_eq!(counts(&after), (1, 0, 6), "{after}");
-    assert_eq!(after["memories_extracted"], json!({"total": 1, "events": 1}), "{after}");
+    assert_eq!(after["memories_extracted"], json!({"total": 3, "events": 3}), "{after}");
     assert_eq!(after["pending_tokens"], 0, "{after}");
     let overview =
         store.get(&session_key("default", "c1", "history/archive_001/.overview.md")).await.expect("overview");
@@ -95,7 +95,7 @@ async fn a_commit_archives_the_messages_and_the_session_counts_it() {
     let task = ok(&sessions_get(&app, &format!("/api/v1/tasks/{task_id}")).await).clone();
     assert_eq!((task["status"].as_str(), task["task_type"].as_str()), (Some("completed"), Some("session_commit")));
     assert_eq!(task["resource_id"], "c1");
-    assert_eq!(task["result"]["memories_extracted"], json!({"events": 1, "total": 1}), "{task}");
+    assert_eq!(task["result"]["memories_extracted"], json!({"events": 3, "total": 3}), "{task}");
     assert_eq!(task["result"]["archive_uri"], "viking://user/default/sessions/c1/history/archive_001");
 
     // Retried: nothing new, nothing archived twice.
@@ -382,7 +382,8 @@ async fn what_a_committed_session_said_is_found_later() {
     let file = store.get("accounts/default/tree/user/default/memories/events/2026/03/09/pets-001-01.md").await;
     let text = String::from_utf8(file.expect("the episode file").body.to_vec()).expect("utf-8");
     assert!(text.contains("[08:15] user: Our dog Biscuit is allergic to chicken."), "{text}");
-    assert!(text.contains("# 2026-03-09 (Monday) 08:15 ChatLog:"), "{text}");
+    assert!(text.starts_with("# Summary\nSession pets, 2026-03-09 (Monday) 08:15–08:15:\n"), "{text}");
+    assert!(text.contains("[08:15] assistant: Noted: no chicken for Biscuit."), "{text}");
 
     let find = json!({"query": "what is my dog allergic to", "limit": 5});
     let found = call(&app, Handler::Find, "POST", "/api/v1/search/find", &[], Some(&find)).await;
@@ -402,9 +403,9 @@ async fn what_a_committed_session_said_is_found_later() {
     let task = call(&app, Handler::Sessions, "GET", &format!("/api/v1/tasks/{task_id}"), &bob, None).await;
     assert_eq!(task.status, 404, "{}", task.text);
 
-    // Committed again (a retry after an unknown outcome): the same file, once.
+    // One file per exchange, and nothing else under events.
     let listed = store.list("accounts/default/tree/user/default/memories/events/").await.expect("list");
-    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed.len(), 2, "one file per exchange: {listed:?}");
 }
 
 /// The memories land before the archive mark moves: a commit whose episode
@@ -418,7 +419,7 @@ async fn a_commit_whose_memories_fail_is_finished_by_its_retry() {
     let faulty = Arc::new(FaultyStore::new(store.clone(), vec![]));
     let shared: SharedStore = faulty.clone();
     let app = app_over_store(shared);
-    // 14 messages: three episodes; the second one's write fails (the third
+    // 14 messages: seven episodes; the second one's write fails (others
     // may land beside it).
     dialogue(&app, "f1", 7, "Porto").await;
     faulty.push(Rule::nth(Op::Put, "memories/events/", 2, Fault::FailBeforeLanding));
@@ -427,7 +428,7 @@ async fn a_commit_whose_memories_fail_is_finished_by_its_retry() {
     assert_eq!(counts(&info(&app, "f1").await), (0, 14, 14), "nothing archived yet");
     let events = "accounts/default/tree/user/default/memories/events/";
     let landed = store.list(events).await.expect("list").len();
-    assert!((1..3).contains(&landed), "the first episode landed, the second did not: {landed}");
+    assert!((1..7).contains(&landed), "the first episode landed, the second did not: {landed}");
     let tasks = ok(&sessions_get(&app, "/api/v1/tasks?resource_id=f1").await).clone();
     assert_eq!(tasks[0]["status"], "failed", "{tasks}");
     assert!(tasks[0]["error"].as_str().is_some_and(|e| !e.is_empty()), "{tasks}");
@@ -435,11 +436,11 @@ async fn a_commit_whose_memories_fail_is_finished_by_its_retry() {
     let retried = commit(&app, "f1", &json!({})).await;
     let result = ok(&retried);
     assert_eq!(result["archive_uri"], "viking://user/default/sessions/f1/history/archive_001", "{result}");
-    assert_eq!(store.list(events).await.expect("list").len(), 3);
+    assert_eq!(store.list(events).await.expect("list").len(), 7);
     let task =
         ok(&sessions_get(&app, &format!("/api/v1/tasks/{}", result["task_id"].as_str().expect("task"))).await).clone();
     assert_eq!((task["status"].as_str(), task["error"].is_null()), (Some("completed"), true), "{task}");
     let after = info(&app, "f1").await;
     assert_eq!(counts(&after), (1, 0, 14));
-    assert_eq!(after["memories_extracted"], json!({"total": 3, "events": 3}), "{after}");
+    assert_eq!(after["memories_extracted"], json!({"total": 7, "events": 7}), "{after}");
 }
