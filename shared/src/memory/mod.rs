@@ -10,8 +10,9 @@
 //! Each commit records a task ([`tasks`]) saying what was made of it.
 //!
 //! Everything is repeatable: episode names are built from the session,
-//! the archive and the window only, written create-if-absent, so a retried
-//! commit or a redelivered event writes the same files once.
+//! the archive and the window only, and the archive lists the episodes
+//! its attempts wrote, so a retried commit writes the same files once and
+//! leaves none of an earlier attempt's windows behind ([`write_episodes`]).
 
 pub mod episodes;
 pub mod tasks;
@@ -55,20 +56,28 @@ pub struct Remembered {
 }
 
 /// Writes the episodes of archive `archive` of `session` (its `messages`,
-/// oldest first) into `identity`'s tree: `memories/events/YYYY/MM/DD/…`,
-/// each by create-if-absent. `now` dates messages whose `created_at` does
-/// not parse.
+/// oldest first) into `identity`'s tree: `memories/events/YYYY/MM/DD/…`.
+/// Returns their URIs, how many this call wrote, and the URIs of episodes
+/// an earlier attempt wrote that this one does not make (removed).
 ///
-/// Cost: one PUT per episode (one exchange),
-/// [`WRITE_CONCURRENCY`] at a time.
+/// An archive's messages can differ between attempts of one commit (a
+/// late append fills a gap of the range before the mark moves), and so can
+/// its windows: `.episodes.json` in the archive's directory lists every
+/// episode any attempt may have written. Each attempt first adds its own
+/// to that list, then writes them (create-if-absent; one that exists with
+/// other content, an earlier attempt's, is replaced by compare-and-swap),
+/// then deletes the listed episodes it does not make and lists only its
+/// own. The attempt whose commit lands leaves exactly its episodes.
 ///
-/// Unknown outcomes: a `Conflict` means the file is there (this archive's
-/// episode from an earlier attempt, or a user's edit of it since: either
-/// way it is left alone); a `Backend` error fails the call, and running it
-/// again writes what is missing.
+/// Cost: a GET and two PUTs of the list, one PUT per episode (one
+/// exchange), [`WRITE_CONCURRENCY`] at a time, a GET more per episode that
+/// exists, a DELETE per stale one.
+///
+/// Unknown outcomes: every step is repeatable; an error fails the call,
+/// and running it again writes what is missing.
 ///
 /// # Errors
-/// [`MemoryError::Store`] when a write fails.
+/// [`MemoryError::Store`] when a read or write fails.
 pub async fn write_episodes(
     store: &SharedStore,
     identity: &Identity,
@@ -77,7 +86,7 @@ pub async fn write_episodes(
     messages: &[StoredMessage],
     now: OffsetDateTime,
     options: &EpisodeOptions,
-) -> Result<(Vec<VikingUri>, usize), MemoryError> {
+) -> Result<(Vec<VikingUri>, usize, Vec<VikingUri>), MemoryError> {
     let root = identity.user_root();
     let made = episodes::episodes(session, archive, messages, now, options);
     let placed: Vec<(VikingUri, Episode)> = made
@@ -89,6 +98,21 @@ pub async fn write_episodes(
             Some((uri, episode))
         })
         .collect();
+    let ours: Vec<String> = placed.iter().map(|(uri, _)| uri.as_str().to_owned()).collect();
+    let list_key = format!(
+        "{}/.episodes.json",
+        tree_key(&identity.account, &crate::sessions::Sessions::new(store, identity).archive_uri(session, archive))
+    );
+    let listed: Vec<String> = match store.get(&list_key).await {
+        Ok(object) => serde_json::from_slice(&object.body).unwrap_or_default(),
+        Err(StoreError::NotFound(_)) => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    let mut all = listed.clone();
+    all.extend(ours.iter().filter(|u| !listed.contains(u)).cloned());
+    if all != listed {
+        store.put(&list_key, list_body(&all), PutMode::Overwrite).await?;
+    }
     // Owned items: a future that borrowed from the stream's items would
     // not be `Send` for every lifetime, as the Lambda runtime needs.
     let writes: Vec<(String, bytes::Bytes)> = placed
@@ -96,18 +120,52 @@ pub async fn write_episodes(
         .map(|(uri, episode)| (tree_key(&identity.account, uri), bytes::Bytes::from(episode.body.clone())))
         .collect();
     let written: Vec<bool> = stream::iter(writes)
-        .map(|(key, body)| async move {
-            match store.put(&key, body, PutMode::CreateNew).await {
-                Ok(_) => Ok(true),
-                Err(StoreError::Conflict(_)) => Ok(false),
-                Err(e) => Err(MemoryError::Store(e)),
-            }
-        })
+        .map(|(key, body)| async move { put_episode(store, &key, body).await })
         .buffered(WRITE_CONCURRENCY)
         .try_collect()
         .await?;
+    let stale: Vec<VikingUri> =
+        listed.iter().filter(|u| !ours.contains(u)).filter_map(|u| VikingUri::parse(u).ok()).collect();
+    for uri in &stale {
+        store.delete(&tree_key(&identity.account, uri)).await?;
+    }
+    if all != ours {
+        store.put(&list_key, list_body(&ours), PutMode::Overwrite).await?;
+    }
     let count = written.iter().filter(|w| **w).count();
-    Ok((placed.into_iter().map(|(uri, _)| uri).collect(), count))
+    Ok((placed.into_iter().map(|(uri, _)| uri).collect(), count, stale))
+}
+
+fn list_body(uris: &[String]) -> bytes::Bytes {
+    bytes::Bytes::from(serde_json::to_vec(uris).unwrap_or_default())
+}
+
+/// Writes one episode: created, or, when a file with other content is
+/// there (an earlier attempt's window), replaced by compare-and-swap.
+/// Whether this call wrote it.
+async fn put_episode(store: &SharedStore, key: &str, body: bytes::Bytes) -> Result<bool, MemoryError> {
+    for _ in 0..4 {
+        match store.put(key, body.clone(), PutMode::CreateNew).await {
+            Ok(_) => return Ok(true),
+            Err(StoreError::Conflict(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let existing = match store.get(key).await {
+            Ok(existing) => existing,
+            // Removed meanwhile: create it again.
+            Err(StoreError::NotFound(_)) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        if existing.body == body {
+            return Ok(false);
+        }
+        match store.put(key, body.clone(), PutMode::IfMatch(existing.meta.etag)).await {
+            Ok(_) => return Ok(true),
+            Err(StoreError::Conflict(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(MemoryError::Store(StoreError::Conflict(key.to_owned())))
 }
 
 /// Remembers archive `archive` of `session`: writes its episodes
@@ -135,10 +193,13 @@ pub async fn remember_archive(
         return Ok(Remembered::default());
     }
     let options = app.config.memory.episode_options();
-    let (events, written) = write_episodes(&app.store, identity, session, archive, messages, now, &options).await?;
-    let indexed = if app.config.memory_index_inline() && !events.is_empty() {
+    let (events, written, stale) =
+        write_episodes(&app.store, identity, session, archive, messages, now, &options).await?;
+    let indexed = if app.config.memory_index_inline() && !(events.is_empty() && stale.is_empty()) {
+        // The stale ones are gone from the store: the indexer removes them.
         let changes: Vec<Change> = events
             .iter()
+            .chain(&stale)
             .map(|uri| Change { key: tree_key(&identity.account, uri), at: now.unix_timestamp(), version: None })
             .collect();
         let report = crate::indexer::apply(app, &changes).await.map_err(|e| MemoryError::Index(e.to_string()))?;

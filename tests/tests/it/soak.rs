@@ -13,7 +13,8 @@
 //!   holds (or not at all once deleted or moved away);
 //! - every acknowledged message is counted exactly once, readable exactly
 //!   once while not archived, and the archives cover the archived ones
-//!   back to back;
+//!   back to back; every archived message is in exactly one episode (an
+//!   event memory the commit wrote);
 //! - no request answered 500, and every operation was acknowledged in the
 //!   end.
 //!
@@ -58,6 +59,10 @@ const SESSION_COMMITS: usize = 8;
 /// Attempts a writer makes before it gives an operation up (counted as
 /// lost when it was never acknowledged).
 const RETRIES: usize = 40;
+/// Attempts per session commit: a commit is some twenty writes (the
+/// archive, its episodes, their index commit, the meta, the task), each
+/// failing at the injected rate, so one attempt in ten gets through.
+const COMMIT_RETRIES: usize = 100;
 
 const RATES: Rates = Rates { write_per_mille: 60, read_per_mille: 30, corrupt_per_mille: 10, list_per_mille: 20 };
 
@@ -314,7 +319,7 @@ async fn soak(inner: SharedStore, backend: &str, seed: u64) -> Result<(), Vec<St
                 let path = format!("{SESSIONS_PATH}/{session}/commit");
                 tally.operations.fetch_add(1, Ordering::Relaxed);
                 let mut done = false;
-                for _ in 0..RETRIES {
+                for _ in 0..COMMIT_RETRIES {
                     let reply = sessions_post(&app, &path, &json!({})).await;
                     match reply.status {
                         // A session no message has reached yet.
@@ -526,11 +531,29 @@ async fn judge_session(
     }
     let slots = inner.list(&session_key("default", session, "messages/")).await.expect("list the slots");
     let mut archived = BTreeSet::new();
+    let mut said = Vec::new();
     for slot in slots {
         let seq: u64 = slot.key.rsplit('/').next().and_then(|n| n.strip_suffix(".json")?.parse().ok()).expect("a slot");
         if seq < mark {
             let message = store_json(inner, &slot.key).await.expect("an archived slot");
             archived.insert(message["id"].as_str().expect("id").to_owned());
+            said.push(message["content"].as_str().expect("content").to_owned());
+        }
+    }
+    // What the archives passed is memory: each archived message's line in
+    // exactly one of the session's episodes.
+    let events = inner.list("accounts/default/tree/user/default/memories/events/").await.expect("list the events");
+    let mut episodes = String::new();
+    for object in
+        events.iter().filter(|o| o.key.rsplit('/').next().is_some_and(|n| n.starts_with(&format!("{session}-"))))
+    {
+        let body = inner.get(&object.key).await.expect("an episode").body;
+        episodes.push_str(&String::from_utf8_lossy(&body));
+    }
+    for content in &said {
+        let times = episodes.matches(&format!(": {content}\n")).count();
+        if times != 1 {
+            lost.push(format!("session {session}: archived message {content:?} is in {times} episodes"));
         }
     }
     for id in ids {
