@@ -37,8 +37,8 @@ pub enum MemoryError {
     /// The store failed writing a memory.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// The memories were written but indexing them inline failed (the
-    /// next change to them, or an ingest, indexes them).
+    /// The memories were written but indexing them inline failed: the
+    /// commit fails, and its retry indexes them.
     #[error("memories written but not indexed: {0}")]
     Index(String),
 }
@@ -47,7 +47,7 @@ pub enum MemoryError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Remembered {
     /// The event memories the archive makes, written now or by an earlier
-    /// attempt (whose files are left as they are).
+    /// attempt of the same commit.
     pub events: Vec<VikingUri>,
     /// Of those, how many this call wrote.
     pub written: usize,
@@ -124,8 +124,17 @@ pub async fn write_episodes(
         .buffered(WRITE_CONCURRENCY)
         .try_collect()
         .await?;
-    let stale: Vec<VikingUri> =
-        listed.iter().filter(|u| !ours.contains(u)).filter_map(|u| VikingUri::parse(u).ok()).collect();
+    // Only ever episodes: the list is a file of the user's tree, and what
+    // it names outside the user's events is never deleted.
+    let events = root
+        .join("memories/events")
+        .map_err(|e| MemoryError::Store(StoreError::InvalidKey(format!("{root}/memories/events: {e}"))))?;
+    let stale: Vec<VikingUri> = listed
+        .iter()
+        .filter(|u| !ours.contains(u))
+        .filter_map(|u| VikingUri::parse(u).ok())
+        .filter(|u| u.is_under(&events) && u != &events)
+        .collect();
     for uri in &stale {
         store.delete(&tree_key(&identity.account, uri)).await?;
     }

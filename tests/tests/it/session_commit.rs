@@ -444,3 +444,30 @@ async fn a_commit_whose_memories_fail_is_finished_by_its_retry() {
     assert_eq!(counts(&after), (1, 0, 14));
     assert_eq!(after["memories_extracted"], json!({"total": 7, "events": 7}), "{after}");
 }
+
+/// The archive's list of episodes is a file of the user's tree: what it
+/// names outside the user's events is never deleted by a commit.
+#[tokio::test]
+async fn an_episode_list_naming_other_files_deletes_none_of_them() {
+    let (store, _dir) = local_store();
+    let app = app_over_store(store.clone());
+    dialogue(&app, "g1", 1, "guard").await;
+    let notes = "accounts/default/tree/resources/notes.md";
+    let own = "accounts/default/tree/user/default/memories/profile.md";
+    for key in [notes, own] {
+        store.put(key, "# Keep me\n".into(), PutMode::Overwrite).await.expect("seed a file");
+    }
+    let listed = json!([
+        "viking://resources/notes.md",
+        "viking://user/default/memories/profile.md",
+        "viking://user/default/memories/events"
+    ]);
+    let list = session_key("default", "g1", "history/archive_001/.episodes.json");
+    store.put(&list, listed.to_string().into(), PutMode::Overwrite).await.expect("a forged list");
+    ok(&commit(&app, "g1", &json!({})).await);
+    for key in [notes, own] {
+        assert!(store.get(key).await.is_ok(), "{key} was deleted");
+    }
+    let now_listed = store_json(&store, &list).await.expect("the list");
+    assert_eq!(now_listed.as_array().map(Vec::len), Some(1), "only the commit's own episode: {now_listed}");
+}
