@@ -107,6 +107,17 @@ fn allowed(mode: &PutMode, current: Option<&str>) -> bool {
     }
 }
 
+/// Refuses a write to `key` (at `path`) that `mode` does not allow over
+/// what is there now; call it holding the key's lock.
+fn check_mode(key: &str, path: &Path, mode: &PutMode) -> Result<(), StoreError> {
+    let current = match read_file("put", key, path) {
+        Ok(existing) => Some(content_etag(&existing)),
+        Err(StoreError::NotFound(_)) => None,
+        Err(e) => return Err(e),
+    };
+    if allowed(mode, current.as_deref()) { Ok(()) } else { Err(StoreError::Conflict(key.to_owned())) }
+}
+
 /// Holds the exclusive lock of one key until dropped.
 struct KeyLock(#[allow(dead_code)] fs::File);
 
@@ -170,14 +181,7 @@ impl Store for LocalStore {
         let owned = key.to_owned();
         Self::blocking("put", key, move || {
             let _lock = lock_key(&root, &owned)?;
-            let current = match read_file("put", &owned, &path) {
-                Ok(existing) => Some(content_etag(&existing)),
-                Err(StoreError::NotFound(_)) => None,
-                Err(e) => return Err(e),
-            };
-            if !allowed(&mode, current.as_deref()) {
-                return Err(StoreError::Conflict(owned));
-            }
+            check_mode(&owned, &path, &mode)?;
             write_atomically(&root, &owned, &path, &body)?;
             Ok(ObjectMeta { etag: content_etag(&body), size: body.len() as u64, key: owned })
         })
@@ -221,14 +225,7 @@ impl Store for LocalStore {
                     file.sync_data().map_err(|e| backend("put", &owned, &e))?;
                     drop(file);
                     let _lock = lock_key(&root, &owned)?;
-                    let current = match read_file("put", &owned, &path) {
-                        Ok(existing) => Some(content_etag(&existing)),
-                        Err(StoreError::NotFound(_)) => None,
-                        Err(e) => return Err(e),
-                    };
-                    if !allowed(&mode, current.as_deref()) {
-                        return Err(StoreError::Conflict(owned));
-                    }
+                    check_mode(&owned, &path, &mode)?;
                     if let Some(parent) = path.parent() {
                         fs::create_dir_all(parent).map_err(|e| backend("put", &owned, &e))?;
                     }
