@@ -433,6 +433,9 @@ async fn commit(
     now: &str,
 ) -> Result<Value, ApiError> {
     let trace_id = format!("{:016x}", crate::index::unique());
+    // When the messages' own times do not parse, episodes are dated by it.
+    let at = time::OffsetDateTime::parse(now, &time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| time::OffsetDateTime::now_utc());
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -464,12 +467,12 @@ async fn commit(
         // The memories land before the archive mark moves: a commit cut
         // between the two is finished by the next one, which plans the
         // same range and writes the same files once.
-        let events = remember(app, admitted, sessions, id, &plan, now).await?;
+        let events = remember(app, admitted, sessions, id, &plan, at).await?;
         let counted = [("events", events as u64)];
         let memories: &[(&str, u64)] = if events == 0 { &[] } else { &counted };
         match sessions.mark_archived(id, &plan, &claimed, memories, now).await {
             Ok(meta) => {
-                let task = record_task(app, admitted, sessions, id, plan.range.index, events, None, now).await;
+                let task = record_task(app, admitted, sessions, id, plan.range.index, events, None, at).await;
                 return Ok(json!({
                     "session_id": id.as_str(),
                     "status": "accepted",
@@ -502,16 +505,14 @@ async fn remember(
     sessions: &Sessions<'_>,
     id: &SessionId,
     plan: &crate::sessions::CommitPlan,
-    now: &str,
+    at: time::OffsetDateTime,
 ) -> Result<usize, ApiError> {
-    let at = time::OffsetDateTime::parse(now, &time::format_description::well_known::Rfc3339)
-        .unwrap_or_else(|_| time::OffsetDateTime::now_utc());
     let index = plan.range.index;
     match crate::memory::remember_archive(app, &admitted.identity, id, index, &plan.messages, at).await {
-        Ok(remembered) => Ok(remembered.events.len()),
+        Ok(events) => Ok(events.len()),
         Err(e) => {
             let why = e.to_string();
-            record_task(app, admitted, sessions, id, index, 0, Some(why), now).await;
+            record_task(app, admitted, sessions, id, index, 0, Some(why), at).await;
             Err(ApiError::dependency("the conversation's memories could not be written; retry the commit", e))
         }
     }
@@ -529,20 +530,19 @@ async fn record_task(
     index: u64,
     events: usize,
     error: Option<String>,
-    now: &str,
+    at: time::OffsetDateTime,
 ) -> Task {
     let identity = &admitted.identity;
-    let at = time::OffsetDateTime::parse(now, &time::format_description::well_known::Rfc3339)
-        .map_or(admitted.now, time::OffsetDateTime::unix_timestamp);
+    let iso = at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
     let failed = error.is_some();
     let task = Task {
         task_id: crate::memory::tasks::commit_task_id(identity, id, index),
         task_type: "session_commit".to_owned(),
         status: if failed { TaskStatus::Failed } else { TaskStatus::Completed },
-        created_at: at,
-        updated_at: at,
-        created_at_iso: now.to_owned(),
-        updated_at_iso: now.to_owned(),
+        created_at: at.unix_timestamp(),
+        updated_at: at.unix_timestamp(),
+        created_at_iso: iso.clone(),
+        updated_at_iso: iso,
         resource_id: id.as_str().to_owned(),
         stage: if failed { "episodes" } else { "done" }.to_owned(),
         result: Some(json!({

@@ -22,7 +22,7 @@ use time::OffsetDateTime;
 
 use crate::app::App;
 use crate::identity::Identity;
-use crate::indexer::{Change, IndexerReport};
+use crate::indexer::Change;
 use crate::sessions::{SessionId, StoredMessage};
 use crate::store::{PutMode, SharedStore, StoreError};
 use crate::uri::{VikingUri, tree_key};
@@ -43,22 +43,10 @@ pub enum MemoryError {
     Index(String),
 }
 
-/// What remembering one archive made.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Remembered {
-    /// The event memories the archive makes, written now or by an earlier
-    /// attempt of the same commit.
-    pub events: Vec<VikingUri>,
-    /// Of those, how many this call wrote.
-    pub written: usize,
-    /// The inline indexing's report (`None`: left to notifications).
-    pub indexed: Option<IndexerReport>,
-}
-
 /// Writes the episodes of archive `archive` of `session` (its `messages`,
 /// oldest first) into `identity`'s tree: `memories/events/YYYY/MM/DD/…`.
-/// Returns their URIs, how many this call wrote, and the URIs of episodes
-/// an earlier attempt wrote that this one does not make (removed).
+/// Returns their URIs, and the URIs of episodes an earlier attempt wrote
+/// that this one does not make (removed).
 ///
 /// An archive's messages can differ between attempts of one commit (a
 /// late append fills a gap of the range before the mark moves), and so can
@@ -86,7 +74,7 @@ pub async fn write_episodes(
     messages: &[StoredMessage],
     now: OffsetDateTime,
     options: &EpisodeOptions,
-) -> Result<(Vec<VikingUri>, usize, Vec<VikingUri>), MemoryError> {
+) -> Result<(Vec<VikingUri>, Vec<VikingUri>), MemoryError> {
     let root = identity.user_root();
     let made = episodes::episodes(session, archive, messages, now, options);
     let placed: Vec<(VikingUri, Episode)> = made
@@ -119,7 +107,7 @@ pub async fn write_episodes(
         .iter()
         .map(|(uri, episode)| (tree_key(&identity.account, uri), bytes::Bytes::from(episode.body.clone())))
         .collect();
-    let written: Vec<bool> = stream::iter(writes)
+    let _: Vec<()> = stream::iter(writes)
         .map(|(key, body)| async move { put_episode(store, &key, body).await })
         .buffered(WRITE_CONCURRENCY)
         .try_collect()
@@ -141,8 +129,7 @@ pub async fn write_episodes(
     if all != ours {
         store.put(&list_key, list_body(&ours), PutMode::Overwrite).await?;
     }
-    let count = written.iter().filter(|w| **w).count();
-    Ok((placed.into_iter().map(|(uri, _)| uri).collect(), count, stale))
+    Ok((placed.into_iter().map(|(uri, _)| uri).collect(), stale))
 }
 
 fn list_body(uris: &[String]) -> bytes::Bytes {
@@ -151,11 +138,10 @@ fn list_body(uris: &[String]) -> bytes::Bytes {
 
 /// Writes one episode: created, or, when a file with other content is
 /// there (an earlier attempt's window), replaced by compare-and-swap.
-/// Whether this call wrote it.
-async fn put_episode(store: &SharedStore, key: &str, body: bytes::Bytes) -> Result<bool, MemoryError> {
+async fn put_episode(store: &SharedStore, key: &str, body: bytes::Bytes) -> Result<(), MemoryError> {
     for _ in 0..4 {
         match store.put(key, body.clone(), PutMode::CreateNew).await {
-            Ok(_) => return Ok(true),
+            Ok(_) => return Ok(()),
             Err(StoreError::Conflict(_)) => {}
             Err(e) => return Err(e.into()),
         }
@@ -166,10 +152,10 @@ async fn put_episode(store: &SharedStore, key: &str, body: bytes::Bytes) -> Resu
             Err(e) => return Err(e.into()),
         };
         if existing.body == body {
-            return Ok(false);
+            return Ok(());
         }
         match store.put(key, body.clone(), PutMode::IfMatch(existing.meta.etag)).await {
-            Ok(_) => return Ok(true),
+            Ok(_) => return Ok(()),
             Err(StoreError::Conflict(_)) => {}
             Err(e) => return Err(e.into()),
         }
@@ -180,8 +166,9 @@ async fn put_episode(store: &SharedStore, key: &str, body: bytes::Bytes) -> Resu
 /// Remembers archive `archive` of `session`: writes its episodes
 /// ([`write_episodes`], when `memory.episodes` is on) and, when the app
 /// indexes memories inline ([`crate::config::Config::memory_index_inline`]),
-/// indexes them through [`crate::indexer::apply`], as a notification of
-/// each file would.
+/// indexes them (and removes the stale ones) through
+/// [`crate::indexer::apply`], as a notification of each file would.
+/// Returns the event memories the archive makes.
 ///
 /// Cost: the episode writes; inline, an embedding per new episode and one
 /// index commit.
@@ -197,24 +184,20 @@ pub async fn remember_archive(
     archive: u64,
     messages: &[StoredMessage],
     now: OffsetDateTime,
-) -> Result<Remembered, MemoryError> {
+) -> Result<Vec<VikingUri>, MemoryError> {
     if !app.config.memory.episodes {
-        return Ok(Remembered::default());
+        return Ok(Vec::new());
     }
     let options = app.config.memory.episode_options();
-    let (events, written, stale) =
-        write_episodes(&app.store, identity, session, archive, messages, now, &options).await?;
-    let indexed = if app.config.memory_index_inline() && !(events.is_empty() && stale.is_empty()) {
+    let (events, stale) = write_episodes(&app.store, identity, session, archive, messages, now, &options).await?;
+    if app.config.memory_index_inline() && !(events.is_empty() && stale.is_empty()) {
         // The stale ones are gone from the store: the indexer removes them.
         let changes: Vec<Change> = events
             .iter()
             .chain(&stale)
             .map(|uri| Change { key: tree_key(&identity.account, uri), at: now.unix_timestamp(), version: None })
             .collect();
-        let report = crate::indexer::apply(app, &changes).await.map_err(|e| MemoryError::Index(e.to_string()))?;
-        Some(report)
-    } else {
-        None
-    };
-    Ok(Remembered { events, written, indexed })
+        crate::indexer::apply(app, &changes).await.map_err(|e| MemoryError::Index(e.to_string()))?;
+    }
+    Ok(events)
 }
