@@ -93,7 +93,8 @@ impl App {
             )
         };
         #[cfg(feature = "llm")]
-        let models = crate::llm::Models::new(config.llm.clone(), config.query_planner.clone());
+        let models = crate::llm::Models::new(config.llm.clone(), config.query_planner.clone())
+            .with_extraction(config.extraction.clone());
         Self {
             config,
             store,

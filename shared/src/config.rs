@@ -58,6 +58,9 @@ pub struct Config {
     /// A dedicated query-planner model for expansion and rewrite (falls
     /// back to `llm`); `rewrite: "auto"` engages only when it is set.
     pub query_planner: Option<ModelConfig>,
+    /// A dedicated model for memory extraction (falls back to `llm`; with
+    /// neither, commits keep episodes only).
+    pub extraction: Option<ModelConfig>,
     /// Retrieval stage settings: LLM stage caps and the deadline.
     pub retrieval: RetrievalConfig,
     /// The MCP endpoint's settings.
@@ -81,6 +84,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             llm: None,
             query_planner: None,
+            extraction: None,
             retrieval: RetrievalConfig::default(),
             mcp: McpConfig::default(),
             memory: MemoryConfig::default(),
@@ -96,11 +100,17 @@ pub struct MemoryConfig {
     /// Keep each archive's messages as event memories (episodes, no
     /// model). Default true.
     pub episodes: bool,
-    /// Index the memories a commit writes within the commit, instead of
-    /// leaving them to the store's change notifications (the `indexer`
-    /// function). Default (`null`): when the store is a local directory,
-    /// which sends none.
+    /// Do the store's event-driven work within the commit: index the
+    /// memories it writes (else the `indexer` function does, on the
+    /// store's notifications) and run model extraction (else the
+    /// `extractor` function does, on the notification of the commit's
+    /// task). Default (`null`): when the store is a local directory, which
+    /// sends no notifications.
     pub index_inline: Option<bool>,
+    /// Extract memories (profile, preferences, entities, events) with the
+    /// `extraction` model, else `llm`, when one is configured. Default
+    /// true.
+    pub extract: bool,
     /// The most messages in one episode. Default 2 (one exchange).
     pub episode_messages: usize,
     /// The most estimated tokens in one episode (a longer message is an
@@ -114,6 +124,7 @@ impl Default for MemoryConfig {
         Self {
             episodes: true,
             index_inline: None,
+            extract: true,
             episode_messages: episodes.max_messages,
             episode_tokens: episodes.max_tokens,
         }
@@ -721,6 +732,9 @@ impl Config {
         }
         if let Some(model) = ModelConfig::from_env_prefix("SKALD_QUERY_PLANNER")? {
             config.query_planner = Some(model);
+        }
+        if let Some(model) = ModelConfig::from_env_prefix("SKALD_EXTRACTION")? {
+            config.extraction = Some(model);
         }
         if let Ok(mode) = std::env::var("SKALD_IDENTITY_MODE")
             && !mode.is_empty()

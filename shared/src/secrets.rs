@@ -45,7 +45,7 @@ pub struct SecretError {
 /// (without it, [`resolve_model_keys`] builds no client and makes no call).
 #[must_use]
 pub fn pending(config: &Config) -> bool {
-    [&config.llm, &config.query_planner]
+    [&config.llm, &config.query_planner, &config.extraction]
         .into_iter()
         .any(|model| matches!(model, Some(ModelConfig::Openai { api_key_secret: Some(_), api_key: None, .. })))
 }
@@ -73,9 +73,11 @@ pub async fn resolve_model_keys(config: &mut Config) -> Result<(), SecretError> 
 /// usable key.
 pub async fn resolve_model_keys_with(config: &mut Config, client: &Client) -> Result<(), SecretError> {
     let mut read: BTreeMap<String, Secret> = BTreeMap::new();
-    for (model, prefix, key) in
-        [(&mut config.llm, "SKALD_LLM", "llm"), (&mut config.query_planner, "SKALD_QUERY_PLANNER", "query_planner")]
-    {
+    for (model, prefix, key) in [
+        (&mut config.llm, "SKALD_LLM", "llm"),
+        (&mut config.query_planner, "SKALD_QUERY_PLANNER", "query_planner"),
+        (&mut config.extraction, "SKALD_EXTRACTION", "extraction"),
+    ] {
         let Some(ModelConfig::Openai { api_key_secret: Some(secret_id), api_key, .. }) = model else { continue };
         if api_key.is_some() {
             continue;

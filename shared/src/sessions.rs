@@ -696,7 +696,8 @@ impl<'a> Sessions<'a> {
 }
 
 /// The number of the archive a key under `history/archive_{N}/` names.
-fn archive_number(key: &str) -> Option<u64> {
+#[must_use]
+pub fn archive_number(key: &str) -> Option<u64> {
     key.split('/').find_map(|segment| segment.strip_prefix("archive_")).and_then(|n| n.parse().ok())
 }
 
@@ -1037,6 +1038,81 @@ impl Sessions<'_> {
                     }
                     backoff(attempt).await;
                 }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(SessionError::Contention(id.as_str().to_owned()))
+    }
+
+    /// The messages archive `index` of session `id` holds, oldest first,
+    /// once its commit has landed (the meta's archive mark is past it):
+    /// `Ok(None)` when the session or the archive does not exist (deleted),
+    /// or the archive's commit has not landed.
+    ///
+    /// A slot of the range whose append failed after claiming it and that
+    /// the commit could not delete is read as a message (the mark forgets
+    /// the range's gaps once past it).
+    ///
+    /// Cost: a meta GET, a claim GET, one GET per message,
+    /// [`READ_CONCURRENCY`] at a time.
+    ///
+    /// # Errors
+    /// Store or decoding errors.
+    pub async fn archived_messages(&self, id: &SessionId, index: u64) -> Result<Option<Vec<StoredMessage>>, SessionError> {
+        let claim_key = self.archive_key(id, index, ".meta.json");
+        let (meta, claim) = tokio::join!(self.meta(id), self.store.get(&claim_key));
+        let Some((meta, _)) = meta? else { return Ok(None) };
+        let claim: ArchiveRange = match claim {
+            Ok(object) => serde_json::from_slice(&object.body)
+                .map_err(|e| SessionError::Corrupt(format!("archive claim {claim_key}: {e}")))?,
+            Err(StoreError::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        if meta.archived_seq < claim.to_seq {
+            return Ok(None);
+        }
+        self.messages_in(id, &meta, claim.from_seq..claim.to_seq).await.map(Some)
+    }
+
+    /// Whether archive `index` of session `id` is still there (its claim).
+    /// Cost: one GET.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn archive_exists(&self, id: &SessionId, index: u64) -> Result<bool, SessionError> {
+        match self.store.get(&self.archive_key(id, index, ".meta.json")).await {
+            Ok(_) => Ok(true),
+            Err(StoreError::NotFound(_)) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Adds `memories` (category, count) to the session's
+    /// `memories_extracted` (and its `total`), by compare-and-swap: what
+    /// an extraction made after the commit. A session that is gone is left
+    /// alone.
+    ///
+    /// Cost: a meta GET and a conditional PUT (more under contention).
+    ///
+    /// Unknown outcomes: not retried (a count added twice would be wrong);
+    /// the error is returned and the counts may or may not be there.
+    ///
+    /// # Errors
+    /// [`SessionError::Contention`] when the meta stayed busy; store
+    /// errors.
+    pub async fn add_memories(&self, id: &SessionId, memories: &[(&str, u64)]) -> Result<(), SessionError> {
+        if memories.iter().all(|(_, n)| *n == 0) {
+            return Ok(());
+        }
+        for attempt in 1..=CAS_ATTEMPTS {
+            let Some((mut meta, etag)) = self.meta(id).await? else { return Ok(()) };
+            for (category, count) in memories.iter().filter(|(_, n)| *n > 0) {
+                *meta.memories_extracted.entry((*category).to_owned()).or_default() += count;
+                *meta.memories_extracted.entry("total".to_owned()).or_default() += count;
+            }
+            match self.store.put(&self.meta_key(id), encode(&meta)?, PutMode::IfMatch(etag)).await {
+                Ok(_) => return Ok(()),
+                Err(StoreError::Conflict(_)) => backoff(attempt).await,
                 Err(e) => return Err(e.into()),
             }
         }

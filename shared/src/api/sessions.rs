@@ -472,7 +472,12 @@ async fn commit(
         let memories: &[(&str, u64)] = if events == 0 { &[] } else { &counted };
         match sessions.mark_archived(id, &plan, &claimed, memories, now).await {
             Ok(meta) => {
-                let task = record_task(app, admitted, sessions, id, plan.range.index, events, None, at).await;
+                let extract = extraction_configured(app);
+                let mut task =
+                    record_task(app, admitted, sessions, id, plan.range.index, events, None, extract, at).await;
+                if extract && app.config.memory_index_inline() {
+                    task = extract_inline(app, admitted, task).await;
+                }
                 return Ok(json!({
                     "session_id": id.as_str(),
                     "status": "accepted",
@@ -512,15 +517,49 @@ async fn remember(
         Ok(events) => Ok(events.len()),
         Err(e) => {
             let why = e.to_string();
-            record_task(app, admitted, sessions, id, index, 0, Some(why), at).await;
+            record_task(app, admitted, sessions, id, index, 0, Some(why), false, at).await;
             Err(ApiError::dependency("the conversation's memories could not be written; retry the commit", e))
         }
     }
 }
 
-/// Records the commit's task: completed with the `events` it made, or
-/// failed with `error`. A task that cannot be written is logged; the
-/// commit still answers with its id.
+/// Whether commits extract memories with a model: `memory.extract` and an
+/// extraction model (`extraction`, else `llm`) configured.
+#[cfg(feature = "llm")]
+fn extraction_configured(app: &App) -> bool {
+    app.config.memory.extract && (app.config.extraction.is_some() || app.config.llm.is_some() || app.models.any())
+}
+
+/// This build has no model client: commits keep episodes only.
+#[cfg(not(feature = "llm"))]
+fn extraction_configured(_app: &App) -> bool {
+    false
+}
+
+/// Runs the commit's pending extraction task within the request's
+/// deadline (a store that sends no notifications); the task as it ends.
+#[cfg(feature = "llm")]
+async fn extract_inline(app: &App, admitted: &Admitted<'_>, task: Task) -> Task {
+    let now = time::OffsetDateTime::now_utc();
+    match crate::memory::extractor::run_task(app, &admitted.identity, &task.task_id, &admitted.deadline, now).await {
+        Ok(Some(ended)) => ended,
+        Ok(None) => task,
+        Err(e) => {
+            tracing::warn!(task = task.task_id, error = %e, "the extraction task could not run; it stays pending");
+            task
+        }
+    }
+}
+
+#[cfg(not(feature = "llm"))]
+async fn extract_inline(_app: &App, _admitted: &Admitted<'_>, task: Task) -> Task {
+    task
+}
+
+/// Records the commit's task: completed with the `events` it made,
+/// failed with `error`, or (`pending`) waiting for model extraction. A
+/// task that cannot be written is logged; the commit still answers with
+/// its id.
 #[allow(clippy::too_many_arguments)]
 async fn record_task(
     app: &App,
@@ -530,6 +569,7 @@ async fn record_task(
     index: u64,
     events: usize,
     error: Option<String>,
+    pending: bool,
     at: time::OffsetDateTime,
 ) -> Task {
     let identity = &admitted.identity;
@@ -538,16 +578,30 @@ async fn record_task(
     let task = Task {
         task_id: crate::memory::tasks::commit_task_id(identity, id, index),
         task_type: "session_commit".to_owned(),
-        status: if failed { TaskStatus::Failed } else { TaskStatus::Completed },
+        status: if failed {
+            TaskStatus::Failed
+        } else if pending {
+            TaskStatus::Pending
+        } else {
+            TaskStatus::Completed
+        },
         created_at: at.unix_timestamp(),
         updated_at: at.unix_timestamp(),
         created_at_iso: iso.clone(),
         updated_at_iso: iso,
         resource_id: id.as_str().to_owned(),
-        stage: if failed { "episodes" } else { "done" }.to_owned(),
+        stage: if failed {
+            "episodes"
+        } else if pending {
+            "extraction"
+        } else {
+            "done"
+        }
+        .to_owned(),
         result: Some(json!({
             "session_id": id.as_str(),
             "archive_uri": sessions.archive_uri(id, index).as_str(),
+            "episodes": events,
             "memories_extracted": { "events": events, "total": events },
         })),
         error,
@@ -560,16 +614,51 @@ async fn record_task(
 
 /// What a commit's response says became of the conversation.
 fn describe_memory(task: &Task, identity: &crate::identity::Identity) -> String {
-    let events = task.result.as_ref().and_then(|r| r["memories_extracted"]["events"].as_u64()).unwrap_or(0);
-    match (&task.error, events) {
-        (Some(e), _) => format!("The conversation's memories were not written ({e}); commit again."),
-        (None, 0) => "The session was archived; memory from conversations is off.".to_owned(),
-        (None, n) => format!(
-            "The conversation was kept as {n} event {} under {}/memories/events, searchable by find, search and \
-             recall; no model extracts facts from it.",
-            if n == 1 { "memory" } else { "memories" },
-            identity.user_root()
+    let result = task.result.as_ref();
+    let episodes = result.and_then(|r| r["episodes"].as_u64()).unwrap_or(0);
+    let counts = result.map(|r| &r["memories_extracted"]);
+    let total = counts.and_then(|c| c["total"].as_u64()).unwrap_or(0);
+    let root = identity.user_root();
+    let kept = format!(
+        "The conversation was kept as {episodes} event {} under {root}/memories/events, searchable by find, search \
+         and recall",
+        if episodes == 1 { "memory" } else { "memories" },
+    );
+    match (task.status, task.stage.as_str(), &task.error) {
+        (TaskStatus::Failed, "episodes", e) => format!(
+            "The conversation's memories were not written ({}); commit again.",
+            e.as_deref().unwrap_or("unknown error")
         ),
+        (TaskStatus::Failed, _, e) => format!(
+            "{kept}; extracting memories with the model failed ({}), and the event memories stand.",
+            e.as_deref().unwrap_or("unknown error")
+        ),
+        (TaskStatus::Pending | TaskStatus::Running, _, _) => format!(
+            "{kept}; the model extracts profile, preferences, entities and events from it in the background (task \
+             {}).",
+            task.task_id
+        ),
+        (TaskStatus::Completed, _, _) if total > episodes => {
+            let each: Vec<String> = counts
+                .and_then(serde_json::Value::as_object)
+                .into_iter()
+                .flatten()
+                .filter(|(k, _)| k.as_str() != "total")
+                .filter_map(|(k, v)| {
+                    let n = v.as_u64()?;
+                    let n = if k == "events" { n.saturating_sub(episodes) } else { n };
+                    (n > 0).then(|| format!("{k} {n}"))
+                })
+                .collect();
+            format!("{kept}; the model extracted {} more under {root}/memories ({}).", total - episodes, each.join(", "))
+        }
+        (TaskStatus::Completed, _, _) if result.is_some_and(|r| r.get("token_usage").is_some()) => {
+            format!("{kept}; the model found nothing more to remember.")
+        }
+        (TaskStatus::Completed, _, _) if episodes == 0 => {
+            "The session was archived; memory from conversations is off.".to_owned()
+        }
+        (TaskStatus::Completed, _, _) => format!("{kept}; no model extracts facts from it."),
     }
 }
 

@@ -167,20 +167,46 @@ pub struct Models {
     /// Whether a query planner is configured (`rewrite: "auto"`).
     dedicated: bool,
     client: OnceLock<Option<Arc<dyn ChatModel>>>,
+    /// Memory extraction's model settings: the `extraction` model, else
+    /// the main one.
+    extraction: Option<ModelConfig>,
+    extraction_client: OnceLock<Option<Arc<dyn ChatModel>>>,
 }
 
 impl Models {
     /// The models for these settings (no client is built here).
     #[must_use]
     pub fn new(main: Option<ModelConfig>, planner: Option<ModelConfig>) -> Self {
-        Self { dedicated: planner.is_some(), config: planner.or(main), client: OnceLock::new() }
+        Self {
+            dedicated: planner.is_some(),
+            extraction: main.clone(),
+            config: planner.or(main),
+            client: OnceLock::new(),
+            extraction_client: OnceLock::new(),
+        }
+    }
+
+    /// These models with memory extraction on `extraction` when given
+    /// (else it stays on the main model).
+    #[must_use]
+    pub fn with_extraction(mut self, extraction: Option<ModelConfig>) -> Self {
+        if extraction.is_some() {
+            self.extraction = extraction;
+        }
+        self
     }
 
     /// Models over a ready client (tests, tools) that serves both stages;
     /// `dedicated` says whether `rewrite: "auto"` engages.
     #[must_use]
     pub fn with_client(client: Arc<dyn ChatModel>, dedicated: bool) -> Self {
-        Self { config: None, dedicated, client: OnceLock::from(Some(client)) }
+        Self {
+            config: None,
+            dedicated,
+            extraction: None,
+            extraction_client: OnceLock::from(Some(client.clone())),
+            client: OnceLock::from(Some(client)),
+        }
     }
 
     /// Whether any model is configured (else both stages are `off`).
@@ -201,6 +227,14 @@ impl Models {
     #[must_use]
     pub fn stage_model(&self) -> Option<Arc<dyn ChatModel>> {
         self.client.get_or_init(|| self.config.as_ref().map(client)).clone()
+    }
+
+    /// The client memory extraction calls (the `extraction` model, else
+    /// the main one), built on the first call; `None` when neither is
+    /// configured: commits then keep episodes only.
+    #[must_use]
+    pub fn extraction_model(&self) -> Option<Arc<dyn ChatModel>> {
+        self.extraction_client.get_or_init(|| self.extraction.as_ref().map(client)).clone()
     }
 }
 

@@ -15,6 +15,10 @@
 //! leaves none of an earlier attempt's windows behind ([`write_episodes`]).
 
 pub mod episodes;
+#[cfg(feature = "llm")]
+pub mod extract;
+#[cfg(feature = "llm")]
+pub mod extractor;
 pub mod tasks;
 
 use futures_util::{StreamExt as _, TryStreamExt as _, stream};

@@ -1,10 +1,16 @@
 //! Tasks: what became of a commit's conversation, in OpenViking's task
 //! shape (`GET /api/v1/tasks/{id}`).
 //!
-//! A task lives at `accounts/{account}/tasks/{user}/{task_id}.json`: under
-//! its owner, so another user's task id is simply not found. A commit's
-//! task id is derived from the session and the archive, so a retried
-//! commit reports, and rewrites, the same task.
+//! A task lives at `accounts/{account}/tasks/{user}/{task_id}.task.json`:
+//! under its owner, so another user's task id is simply not found. A
+//! commit's task id is derived from the session and the archive, so a
+//! retried commit reports, and rewrites, the same task.
+//!
+//! A commit's task is also the extractor's work item: a `pending` task is
+//! taken ([`claim`]: `running`, by compare-and-swap) by whoever runs the
+//! extraction — the `extractor` function, on the store's notification of
+//! the task's write (the `.task.json` suffix is what its notification rule
+//! matches), or the commit itself when it runs extraction inline.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -95,8 +101,29 @@ fn prefix(identity: &Identity) -> String {
     format!("accounts/{}/tasks/{}/", identity.account, identity.user)
 }
 
+/// What a task's key ends with.
+pub const TASK_SUFFIX: &str = ".task.json";
+
 fn key(identity: &Identity, task_id: &str) -> String {
-    format!("{}{task_id}.json", prefix(identity))
+    format!("{}{task_id}{TASK_SUFFIX}", prefix(identity))
+}
+
+/// The account, user and task id a task's store key names
+/// (`accounts/{account}/tasks/{user}/{task_id}.task.json`), each
+/// validated; `None` for any other key.
+#[must_use]
+pub fn parse_key(key: &str) -> Option<(crate::identity::AccountId, crate::identity::UserId, String)> {
+    let rest = key.strip_prefix("accounts/")?;
+    let (account, rest) = rest.split_once('/')?;
+    let rest = rest.strip_prefix("tasks/")?;
+    let (user, file) = rest.split_once('/')?;
+    let task_id = file.strip_suffix(TASK_SUFFIX)?;
+    if !is_task_id(task_id) {
+        return None;
+    }
+    let account = crate::identity::AccountId::new(account).ok()?;
+    let user = crate::identity::UserId::new(user).ok()?;
+    Some((account, user, task_id.to_owned()))
 }
 
 /// Writes `task` for its owner `identity` (overwriting: the last state
@@ -105,12 +132,8 @@ fn key(identity: &Identity, task_id: &str) -> String {
 /// # Errors
 /// Store errors.
 pub async fn put(store: &SharedStore, identity: &Identity, task: &Task) -> Result<(), StoreError> {
-    let body = serde_json::to_vec(task).map_err(|e| StoreError::Backend {
-        op: "put",
-        key: key(identity, &task.task_id),
-        message: e.to_string(),
-    })?;
-    store.put(&key(identity, &task.task_id), body.into(), PutMode::Overwrite).await.map(|_| ())
+    let body = encode(identity, task)?;
+    store.put(&key(identity, &task.task_id), body, PutMode::Overwrite).await.map(|_| ())
 }
 
 /// `identity`'s task `task_id` (`None`: no such task of theirs, or an id
@@ -119,19 +142,106 @@ pub async fn put(store: &SharedStore, identity: &Identity, task: &Task) -> Resul
 /// # Errors
 /// Store errors; a task that does not decode is a `Backend` error.
 pub async fn get(store: &SharedStore, identity: &Identity, task_id: &str) -> Result<Option<Task>, StoreError> {
+    Ok(get_tagged(store, identity, task_id).await?.map(|(task, _)| task))
+}
+
+/// [`get`] with the task's etag, for a compare-and-swap ([`claim`],
+/// [`put_if`]).
+///
+/// # Errors
+/// As [`get`].
+pub async fn get_tagged(
+    store: &SharedStore,
+    identity: &Identity,
+    task_id: &str,
+) -> Result<Option<(Task, String)>, StoreError> {
     if !is_task_id(task_id) {
         return Ok(None);
     }
     let key = key(identity, task_id);
     match store.get(&key).await {
-        Ok(object) => serde_json::from_slice(&object.body).map(Some).map_err(|e| StoreError::Backend {
-            op: "get",
-            key,
-            message: format!("task does not decode: {e}"),
+        Ok(object) => serde_json::from_slice(&object.body).map(|t| Some((t, object.meta.etag))).map_err(|e| {
+            StoreError::Backend { op: "get", key, message: format!("task does not decode: {e}") }
         }),
         Err(StoreError::NotFound(_)) => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// Writes `task` only if its stored version still has `etag`; returns
+/// the new etag. Cost: one conditional PUT.
+///
+/// Unknown outcomes: the caller reads the task again; a task showing
+/// what this write said is this write's.
+///
+/// # Errors
+/// [`StoreError::Conflict`] when the task changed meanwhile; store errors.
+pub async fn put_if(store: &SharedStore, identity: &Identity, task: &Task, etag: &str) -> Result<String, StoreError> {
+    let body = encode(identity, task)?;
+    store.put(&key(identity, &task.task_id), body, PutMode::IfMatch(etag.to_owned())).await.map(|meta| meta.etag)
+}
+
+fn encode(identity: &Identity, task: &Task) -> Result<bytes::Bytes, StoreError> {
+    serde_json::to_vec(task).map(bytes::Bytes::from).map_err(|e| StoreError::Backend {
+        op: "put",
+        key: key(identity, &task.task_id),
+        message: e.to_string(),
+    })
+}
+
+/// How long a `running` task may go without a change before another
+/// worker may take it over (its worker is presumed gone): 16 minutes, past
+/// the longest a Lambda function runs.
+pub const STALE_AFTER_S: i64 = 16 * 60;
+
+/// Takes task `task_id` of `identity` to run it: a `pending` task (or a
+/// `running` one unchanged for [`STALE_AFTER_S`]) becomes `running` at
+/// `now` (Unix seconds) by compare-and-swap. Returns the task as claimed
+/// and its etag, or `Err(task)` with the task as found when it is not
+/// this caller's to run (done, failed, being run, or taken meanwhile);
+/// `None` when there is no such task.
+///
+/// Cost: a GET and a conditional PUT.
+///
+/// # Errors
+/// Store errors (an unknown outcome of the PUT included: the task is then
+/// `running`, or not, and a later claim decides).
+pub async fn claim(
+    store: &SharedStore,
+    identity: &Identity,
+    task_id: &str,
+    now: i64,
+) -> Result<Option<Result<(Task, String), Task>>, StoreError> {
+    let Some((mut task, etag)) = get_tagged(store, identity, task_id).await? else { return Ok(None) };
+    let takeable = match task.status {
+        TaskStatus::Pending => true,
+        TaskStatus::Running => now - task.updated_at >= STALE_AFTER_S,
+        TaskStatus::Completed | TaskStatus::Failed => false,
+    };
+    if !takeable {
+        return Ok(Some(Err(task)));
+    }
+    task.status = TaskStatus::Running;
+    task.stage = "extraction".to_owned();
+    task.updated_at = now;
+    task.updated_at_iso = iso(now);
+    match put_if(store, identity, &task, &etag).await {
+        Ok(etag) => Ok(Some(Ok((task, etag)))),
+        Err(StoreError::Conflict(_)) => {
+            let found = get(store, identity, task_id).await?;
+            Ok(found.map(Err))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Unix seconds `at` in RFC 3339 (`""` out of range).
+#[must_use]
+pub fn iso(at: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp(at)
+        .ok()
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_default()
 }
 
 /// `identity`'s tasks, newest first, that match the filters, at most
