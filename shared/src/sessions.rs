@@ -1058,7 +1058,11 @@ impl Sessions<'_> {
     ///
     /// # Errors
     /// Store or decoding errors.
-    pub async fn archived_messages(&self, id: &SessionId, index: u64) -> Result<Option<Vec<StoredMessage>>, SessionError> {
+    pub async fn archived_messages(
+        &self,
+        id: &SessionId,
+        index: u64,
+    ) -> Result<Option<Vec<StoredMessage>>, SessionError> {
         let claim_key = self.archive_key(id, index, ".meta.json");
         let (meta, claim) = tokio::join!(self.meta(id), self.store.get(&claim_key));
         let Some((meta, _)) = meta? else { return Ok(None) };
@@ -1071,7 +1075,7 @@ impl Sessions<'_> {
         if meta.archived_seq < claim.to_seq {
             return Ok(None);
         }
-        self.messages_in(id, &meta, claim.from_seq..claim.to_seq).await.map(Some)
+        self.messages_at(id, (claim.from_seq..claim.to_seq).collect()).await.map(Some)
     }
 
     /// Whether archive `index` of session `id` is still there (its claim).

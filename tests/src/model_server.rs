@@ -13,8 +13,9 @@
 //! is recorded ([`ModelServer::requests`]) once its body has been read.
 //!
 //! [`Reply::Echo`] answers deterministically from the prompt: cited bullets
-//! for a rewrite prompt, one query for a query-expansion prompt, and
-//! `echo: …` otherwise (see [`echo`]).
+//! for a rewrite prompt, one query for a query-expansion prompt, one
+//! memory per user message for a memory-extraction prompt, every memory
+//! added for a comparison prompt, and `echo: …` otherwise (see [`echo`]).
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -56,6 +57,10 @@ pub const USAGE_COMPLETION: u64 = 54;
 pub const REWRITE_MARKER: &str = "You condense retrieved memory";
 /// The system-prompt phrase that marks a query-expansion request.
 pub const EXPAND_MARKER: &str = "You plan search queries";
+/// The system-prompt phrase that marks a memory-extraction request.
+pub const EXTRACT_MARKER: &str = "You turn a conversation between a user and an AI assistant into long-term";
+/// The system-prompt phrase that marks a memory-comparison request.
+pub const RECONCILE_MARKER: &str = "You keep a user's long-term memory consistent";
 /// The rewrite answer when the prompt holds no `<memory>` element.
 pub const NO_RELEVANT_MEMORY: &str = "NO_RELEVANT_MEMORY";
 
@@ -93,6 +98,26 @@ pub enum Reply {
     RawStatus(u16, String),
     /// A deterministic, plausible answer computed from the prompt ([`echo`]).
     Echo,
+    /// 200 with the text this function computes from the request's
+    /// prompt text ([`Recorded::prompt_text`]): a test's own script.
+    Compute(Script),
+}
+
+/// A test's answer function for [`Reply::Compute`].
+#[derive(Clone)]
+pub struct Script(pub Arc<dyn Fn(&str) -> String + Send + Sync>);
+
+impl std::fmt::Debug for Script {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Script(..)")
+    }
+}
+
+impl Reply {
+    /// [`Reply::Compute`] with `script`.
+    pub fn compute(script: impl Fn(&str) -> String + Send + Sync + 'static) -> Self {
+        Self::Compute(Script(Arc::new(script)))
+    }
 }
 
 /// One request the server received.
@@ -235,6 +260,11 @@ impl ModelServer {
         self.shared.state().rules.push((needle.to_owned(), reply));
     }
 
+    /// Removes every rule ([`ModelServer::on`]).
+    pub fn clear_rules(&self) {
+        self.shared.state().rules.clear();
+    }
+
     /// The reply when no rule matches (initially [`Reply::Echo`]).
     pub fn set_default(&self, reply: Reply) {
         self.shared.state().default = reply;
@@ -350,6 +380,7 @@ async fn answer(mut reply: Reply, api: &Api, body: &Value, id: u64) -> Response<
             Reply::Text(text) => return success(api, body, id, &text, true),
             Reply::TextNoUsage(text) => return success(api, body, id, &text, false),
             Reply::Echo => return success(api, body, id, &echo(body), true),
+            Reply::Compute(script) => return success(api, body, id, &(script.0)(&Prompt::of(body).all()), true),
             Reply::Raw(raw) => return response(StatusCode::OK, raw),
             Reply::RawStatus(code, raw) => {
                 return response(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), raw);
@@ -493,9 +524,42 @@ pub fn echo(body: &Value) -> String {
         rewrite(&prompt.user(), &instructions)
     } else if instructions.contains(EXPAND_MARKER) {
         expand(&prompt.user())
+    } else if instructions.contains(EXTRACT_MARKER) {
+        extract(&prompt.user())
+    } else if instructions.contains(RECONCILE_MARKER) {
+        reconcile(&prompt.user())
     } else {
         format!("echo: {}", cut(prompt.last_user(), ECHO_CHARS))
     }
+}
+
+/// The echo of an extraction prompt: one `entities` memory per user line
+/// of the transcript (`[n] (time) user: text`), named by its first three
+/// words, saying what the user said, sourced to that line.
+fn extract(user: &str) -> String {
+    let memories: Vec<Value> = user
+        .lines()
+        .filter_map(|line| {
+            let (number, rest) = line.strip_prefix('[')?.split_once(']')?;
+            let number: u64 = number.parse().ok()?;
+            let (_, text) = rest.split_once(" user: ")?;
+            let name: Vec<&str> = text.split_whitespace().take(3).collect();
+            Some(json!({
+                "category": "entities",
+                "name": name.join(" "),
+                "content": format!("The user said: {}", cut(text.trim(), SUMMARY_CHARS)),
+                "sources": [number],
+            }))
+        })
+        .collect();
+    json!({ "memories": memories }).to_string()
+}
+
+/// The echo of a comparison prompt: every new memory added.
+fn reconcile(user: &str) -> String {
+    let count = user.lines().filter(|l| l.starts_with("[N")).count();
+    let actions: Vec<Value> = (1..=count).map(|n| json!({ "new": n, "action": "add" })).collect();
+    json!({ "actions": actions }).to_string()
 }
 
 fn rewrite(user: &str, instructions: &str) -> String {

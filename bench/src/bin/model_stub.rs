@@ -13,7 +13,9 @@
 //!
 //! The answers: a rewrite prompt gets one cited bullet per `<memory>` entry
 //! (`- <first line> (source: <uri>)`), an expansion prompt one query (the
-//! latest user message), anything else `echo: <the user message>`.
+//! latest user message), a memory-extraction prompt one `entities` memory
+//! per user message ("The user said: …"), a comparison prompt "add" for
+//! every new memory, anything else `echo: <the user message>`.
 //!
 //! ```text
 //! cargo run -q -p skald-bench --bin model_stub                               # 127.0.0.1:9100

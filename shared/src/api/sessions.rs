@@ -650,7 +650,11 @@ fn describe_memory(task: &Task, identity: &crate::identity::Identity) -> String 
                     (n > 0).then(|| format!("{k} {n}"))
                 })
                 .collect();
-            format!("{kept}; the model extracted {} more under {root}/memories ({}).", total - episodes, each.join(", "))
+            format!(
+                "{kept}; the model extracted {} more under {root}/memories ({}).",
+                total - episodes,
+                each.join(", ")
+            )
         }
         (TaskStatus::Completed, _, _) if result.is_some_and(|r| r.get("token_usage").is_some()) => {
             format!("{kept}; the model found nothing more to remember.")

@@ -73,7 +73,13 @@ impl Category {
     #[must_use]
     pub fn parse(text: &str) -> Option<Self> {
         let text = text.trim().to_ascii_lowercase();
-        Self::ALL.into_iter().find(|c| text == c.as_str() || text == c.as_str().trim_end_matches('s'))
+        let singular = |c: Self| match c {
+            Self::Profile => "profile",
+            Self::Preferences => "preference",
+            Self::Entities => "entity",
+            Self::Events => "event",
+        };
+        Self::ALL.into_iter().find(|c| text == c.as_str() || text == singular(*c))
     }
 }
 
@@ -156,12 +162,8 @@ pub fn transcript(messages: &[StoredMessage]) -> (String, Vec<&StoredMessage>) {
             continue;
         }
         let when = if message.created_at.is_empty() { String::new() } else { format!(" ({})", message.created_at) };
-        let line = format!(
-            "[{}]{when} {}: {}",
-            numbered.len() + 1,
-            message.role,
-            crate::llm::cut_chars(text, MESSAGE_CHARS)
-        );
+        let line =
+            format!("[{}]{when} {}: {}", numbered.len() + 1, message.role, crate::llm::cut_chars(text, MESSAGE_CHARS));
         used += line.chars().count() + 1;
         if used > TRANSCRIPT_CHARS && !lines.is_empty() {
             break;
@@ -256,11 +258,7 @@ pub fn slug(name: &str, content: &str) -> String {
         }
     }
     let cut = crate::llm::cut_chars(&out, MAX_NAME_CHARS).trim_end_matches('-').to_owned();
-    if cut.is_empty() {
-        format!("memory-{}", &hex::encode(sha2::Sha256::digest(content.as_bytes()))[..8])
-    } else {
-        cut
-    }
+    if cut.is_empty() { format!("memory-{}", &hex::encode(sha2::Sha256::digest(content.as_bytes()))[..8]) } else { cut }
 }
 
 /// Where `candidate` goes, relative to the user's root: built from its
@@ -274,11 +272,9 @@ pub fn memory_path(candidate: &Candidate, fallback: (i32, u8, u8)) -> String {
         Category::Preferences => format!("memories/preferences/{}.md", candidate.name),
         Category::Entities => format!("memories/entities/{}.md", candidate.name),
         Category::Events => {
-            let (y, m, d) = time::OffsetDateTime::parse(
-                &candidate.said_at,
-                &time::format_description::well_known::Rfc3339,
-            )
-            .map_or(fallback, |t| (t.year(), u8::from(t.month()), t.day()));
+            let (y, m, d) =
+                time::OffsetDateTime::parse(&candidate.said_at, &time::format_description::well_known::Rfc3339)
+                    .map_or(fallback, |t| (t.year(), u8::from(t.month()), t.day()));
             format!("memories/events/{y:04}/{m:02}/{d:02}/{}.md", candidate.name)
         }
     }
@@ -454,13 +450,7 @@ mod tests {
     }
 
     fn candidate(category: Category, name: &str, content: &str) -> Candidate {
-        Candidate {
-            category,
-            name: name.into(),
-            content: content.into(),
-            sources: Vec::new(),
-            said_at: String::new(),
-        }
+        Candidate { category, name: name.into(), content: content.into(), sources: Vec::new(), said_at: String::new() }
     }
 
     #[test]
@@ -471,7 +461,10 @@ mod tests {
             message("c", "assistant", "noted", ""),
         ];
         let (text, numbered) = transcript(&messages);
-        assert_eq!(text, "[1] (2026-03-01T09:00:00Z) user: our dog Biscuit is allergic to chicken\n[2] assistant: noted");
+        assert_eq!(
+            text,
+            "[1] (2026-03-01T09:00:00Z) user: our dog Biscuit is allergic to chicken\n[2] assistant: noted"
+        );
         assert_eq!(numbered.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(), ["a", "c"]);
     }
 
@@ -575,7 +568,10 @@ mod tests {
     fn a_memory_file_round_trips_its_fields() {
         let fields = Fields {
             category: Some(Category::Entities),
-            sources: vec![Source { archive: "viking://user/u/sessions/s/history/archive_001".into(), messages: vec!["m1".into()] }],
+            sources: vec![Source {
+                archive: "viking://user/u/sessions/s/history/archive_001".into(),
+                messages: vec!["m1".into()],
+            }],
             updated_at: "2026-12-04T10:00:00Z".into(),
             written_by: "skald-extractor".into(),
         };

@@ -21,8 +21,7 @@ use time::OffsetDateTime;
 
 use super::extract::{
     Action, Candidate, Category, EXTRACT_SYSTEM, Fields, RECONCILE_SYSTEM, Shown, Source, append_statement,
-    extract_prompt, memory_path, parse_actions, parse_candidates, render_memory, split_memory, title_of,
-    transcript,
+    extract_prompt, memory_path, parse_actions, parse_candidates, render_memory, split_memory, title_of, transcript,
 };
 use super::tasks::{self, Task, TaskStatus};
 use crate::app::App;
@@ -162,10 +161,9 @@ pub async fn extract(
     if numbered.is_empty() {
         return Ok(done);
     }
-    let (answer, tokens) =
-        call(model, deadline, EXTRACT_CAP, EXTRACT_SYSTEM, &extract_prompt(&text), EXTRACT_TOKENS)
-            .await
-            .map_err(ExtractError::Model)?;
+    let (answer, tokens) = call(model, deadline, EXTRACT_CAP, EXTRACT_SYSTEM, &extract_prompt(&text), EXTRACT_TOKENS)
+        .await
+        .map_err(ExtractError::Model)?;
     done.tokens += tokens;
     let candidates = parse_candidates(&answer, &numbered).map_err(|e| ExtractError::Model(e.to_string()))?;
     if candidates.is_empty() {
@@ -248,17 +246,10 @@ pub async fn extract(
 /// The memories of `identity` nearest the candidates (preferences and
 /// entities, through the index), and the profile when there is one; each
 /// read with its etag. At most [`MAX_SHOWN`].
-async fn nearest(
-    app: &App,
-    identity: &Identity,
-    candidates: &[Candidate],
-    now: i64,
-) -> Result<Vec<Existing>, String> {
+async fn nearest(app: &App, identity: &Identity, candidates: &[Candidate], now: i64) -> Result<Vec<Existing>, String> {
     let root = identity.user_root();
-    let targets: Vec<VikingUri> = ["memories/preferences", "memories/entities"]
-        .iter()
-        .filter_map(|dir| root.join(dir).ok())
-        .collect();
+    let targets: Vec<VikingUri> =
+        ["memories/preferences", "memories/entities"].iter().filter_map(|dir| root.join(dir).ok()).collect();
     let queries: Vec<&str> = candidates
         .iter()
         .filter(|c| matches!(c.category, Category::Preferences | Category::Entities))
@@ -275,7 +266,8 @@ async fn nearest(
             limit: (NEIGHBOURS * queries.len()).min(MAX_SHOWN),
             ..crate::find::FindParams::default()
         };
-        let found = crate::find::find_queries(app, identity, &params, &queries, now).await.map_err(|e| e.to_string())?;
+        let found =
+            crate::find::find_queries(app, identity, &params, &queries, now).await.map_err(|e| e.to_string())?;
         for item in found.memories.iter().filter(|m| m.level == crate::index::record::LEVEL_FILE) {
             if let Ok(uri) = VikingUri::parse(&item.uri)
                 && !uris.contains(&uri)

@@ -160,9 +160,9 @@ pub async fn get_tagged(
     }
     let key = key(identity, task_id);
     match store.get(&key).await {
-        Ok(object) => serde_json::from_slice(&object.body).map(|t| Some((t, object.meta.etag))).map_err(|e| {
-            StoreError::Backend { op: "get", key, message: format!("task does not decode: {e}") }
-        }),
+        Ok(object) => serde_json::from_slice(&object.body)
+            .map(|t| Some((t, object.meta.etag)))
+            .map_err(|e| StoreError::Backend { op: "get", key, message: format!("task does not decode: {e}") }),
         Err(StoreError::NotFound(_)) => Ok(None),
         Err(e) => Err(e),
     }

@@ -24,6 +24,7 @@ mod ingest;
 mod keyword_search;
 mod llm_stages;
 mod mcp_tools;
+mod memory_extraction;
 mod model_server;
 mod openapi;
 mod recall_api;

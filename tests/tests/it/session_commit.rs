@@ -294,7 +294,9 @@ async fn a_configured_model_writes_the_summary_and_a_failing_one_falls_back() {
     dialogue(&app, "m1", 2, "Kyoto").await;
     let reply = commit(&app, "m1", &json!({})).await;
     assert_eq!(ok(&reply)["summary"], "llm", "{}", reply.text);
-    let prompt = server.requests().last().map(|r| r.prompt_text()).unwrap_or_default();
+    // The summary's request (the extraction's comes after it).
+    let prompt =
+        server.requests().iter().map(|r| r.prompt_text()).find(|p| p.contains("working memory")).unwrap_or_default();
     assert!(prompt.contains("[user]: Kyoto question 1") && prompt.contains("[assistant]: Kyoto answer 0"), "{prompt}");
     let ctx = context(&app, "m1", None).await;
     assert!(ctx["latest_archive_overview"].as_str().is_some_and(|o| o.starts_with("# Kyoto trip")), "{ctx}");
