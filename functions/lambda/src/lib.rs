@@ -4,6 +4,8 @@
 //! authorizer's claims and the invocation deadline, logs one line per
 //! request, and runs the runtime.
 
+#[cfg(feature = "extractor")]
+pub mod extractor;
 #[cfg(feature = "s3-events")]
 pub mod s3_events;
 
@@ -57,7 +59,7 @@ pub fn invocation_deadline(event: &lambda_http::Request) -> Option<Instant> {
 
 /// `deadline_ms` (since the epoch) as an instant, given the wall clock
 /// `now_ms` read at `now`; `None` when it is not in the future.
-fn deadline_from_epoch_ms(deadline_ms: u64, now_ms: u64, now: Instant) -> Option<Instant> {
+pub(crate) fn deadline_from_epoch_ms(deadline_ms: u64, now_ms: u64, now: Instant) -> Option<Instant> {
     (deadline_ms > now_ms).then(|| now + Duration::from_millis(deadline_ms - now_ms))
 }
 

@@ -542,7 +542,7 @@ fn extraction_configured(_app: &App) -> bool {
 async fn extract_inline(app: &App, admitted: &Admitted<'_>, task: Task) -> Task {
     let now = time::OffsetDateTime::now_utc();
     match crate::memory::extractor::run_task(app, &admitted.identity, &task.task_id, &admitted.deadline, now).await {
-        Ok(Some(ended)) => ended,
+        Ok(Some(run)) => run.task,
         Ok(None) => task,
         Err(e) => {
             tracing::warn!(task = task.task_id, error = %e, "the extraction task could not run; it stays pending");

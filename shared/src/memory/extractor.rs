@@ -401,13 +401,23 @@ async fn merge(
     Err(ExtractError::Store(StoreError::Conflict(key.to_owned())))
 }
 
+/// A task [`run_task`] was asked to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskRun {
+    /// The task as it ends, or as found.
+    pub task: Task,
+    /// Whether this call ran it (else it was done, failed, or running
+    /// elsewhere, and is returned as found).
+    pub ran: bool,
+}
+
 /// Runs task `task_id` of `identity` (a commit's): claims it, reads its
 /// archive, extracts with the extraction model within `deadline`, indexes
 /// the result when the app indexes inline, and completes or fails it.
 /// Returns the task as it ends (`None`: no such task). A task that is not
 /// this caller's to run (done, failed, running elsewhere) is returned as
-/// found; with no extraction model (or `memory.extract` off) a claimed
-/// task completes with the episodes only.
+/// found, not run; with no extraction model (or `memory.extract` off) a
+/// claimed task completes with the episodes only.
 ///
 /// Cost: the claim (a GET, a PUT); the archive's reads; [`extract`]; the
 /// task's final PUT and a compare-and-swap of the session's counts.
@@ -421,10 +431,10 @@ pub async fn run_task(
     task_id: &str,
     deadline: &Deadline,
     now: OffsetDateTime,
-) -> Result<Option<Task>, StoreError> {
+) -> Result<Option<TaskRun>, StoreError> {
     let (mut task, etag) = match tasks::claim(&app.store, identity, task_id, now.unix_timestamp()).await? {
         None => return Ok(None),
-        Some(Err(found)) => return Ok(Some(found)),
+        Some(Err(found)) => return Ok(Some(TaskRun { task: found, ran: false })),
         Some(Ok(claimed)) => claimed,
     };
     let outcome = run_claimed(app, identity, &task, deadline, now).await;
@@ -454,7 +464,7 @@ pub async fn run_task(
                     result["notes"] = json!(done.notes);
                 }
             }
-            if let Some(session) = SessionId::new(&task.resource_id).ok() {
+            if let Ok(session) = SessionId::new(&task.resource_id) {
                 let made: Vec<(&str, u64)> = done.made.iter().map(|(c, n)| (c.as_str(), *n)).collect();
                 if let Err(e) = Sessions::new(&app.store, identity).add_memories(&session, &made).await {
                     tracing::warn!(task = task.task_id, error = %e, "the session's memory counts were not updated");
@@ -474,7 +484,7 @@ pub async fn run_task(
         result["memories_extracted"] = json!(counts);
     }
     tasks::put_if(&app.store, identity, &task, &etag).await?;
-    Ok(Some(task))
+    Ok(Some(TaskRun { task, ran: true }))
 }
 
 /// The work of a claimed task: its archive's messages, the extraction, the

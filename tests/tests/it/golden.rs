@@ -159,7 +159,9 @@ fn tight_corpus() -> Vec<(String, String)> {
 /// An app over `files` (viking paths without the scheme), ingested for
 /// account `default` into a fresh local store with a 64-bucket hashed
 /// embedder; keep the directories alive while the app is used.
-async fn app_with(files: &[(&str, &str)]) -> (App, TempDir, TempDir) {
+/// The app is boxed: held across the assemblies' awaits, it would make
+/// every case's future as large as itself.
+async fn app_with(files: &[(&str, &str)]) -> (Box<App>, TempDir, TempDir) {
     let (source, store_dir) = (TempDir::new("source"), TempDir::new("store"));
     for (path, text) in files {
         let target = source.path().join(path);
@@ -171,7 +173,7 @@ async fn app_with(files: &[(&str, &str)]) -> (App, TempDir, TempDir) {
     let store: SharedStore = Arc::new(LocalStore::open(store_dir.path()).expect("open the local store"));
     let embedder: Arc<dyn Embedder> = Arc::new(HashedEmbedder::new(64));
     let config = Config { store: store_dir.path().display().to_string(), ..Config::default() };
-    let app = App::with_parts(config, store, embedder);
+    let app = Box::new(App::with_parts(config, store, embedder));
     skald_tests::fixture::ingest_tree(&app, source.path()).await;
     (app, source, store_dir)
 }

@@ -576,7 +576,7 @@ async fn the_function_takes_sqs_batches_of_s3_notifications() {
 
 /// An SQS message of the indexer's queue, as Lambda hands it over, carrying
 /// `body`.
-fn sqs_message(id: &str, body: &str) -> Value {
+pub(crate) fn sqs_message(id: &str, body: &str) -> Value {
     json!({
         "messageId": id, "receiptHandle": "R", "body": body,
         "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1796018400000"},
@@ -587,14 +587,14 @@ fn sqs_message(id: &str, body: &str) -> Value {
 
 /// The body of an S3 notification (as SQS carries it) of objects created
 /// under `keys` (raw, as S3 writes them) in `bucket`.
-fn created(bucket: &str, keys: &[&str]) -> String {
+pub(crate) fn created(bucket: &str, keys: &[&str]) -> String {
     let records: Vec<(&str, &str, &str, &str)> =
         keys.iter().map(|key| ("ObjectCreated:Put", bucket, *key, "2026-11-30T06:00:00Z")).collect();
     serde_json::to_string(&notification(&records)).expect("json")
 }
 
 /// The test message S3 sends when the notification is set up.
-fn test_event() -> String {
+pub(crate) fn test_event() -> String {
     json!({"Service": "Amazon S3", "Event": "s3:TestEvent", "Time": "2026-11-30T06:00:00Z",
         "Bucket": "any", "RequestId": "R", "HostId": "H"})
     .to_string()

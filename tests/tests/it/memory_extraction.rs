@@ -144,7 +144,8 @@ async fn a_model_extracts_memories_that_a_later_session_finds() {
             .await
             .expect("read")
             .expect("the task");
-    assert_eq!(serde_json::to_value(&again).expect("json"), task);
+    assert!(!again.ran);
+    assert_eq!(serde_json::to_value(&again.task).expect("json"), task);
     assert_eq!(server.requests().len(), calls);
 }
 
@@ -348,4 +349,83 @@ async fn a_session_deleted_mid_extraction_gets_nothing_more() {
     let result = ok(&commit.await.expect("join")).clone();
     assert!(result["memory_extraction"].as_str().is_some_and(|t| t.contains("gone")), "{result}");
     assert!(text_of(&store, &format!("{USER_TREE}memories/entities/cat.md")).await.is_none(), "nothing more written");
+}
+
+/// Deployed, the commit leaves extraction to the `extractor` function: its
+/// task waits `pending`, and the store's notification of the task's write
+/// runs it. A redelivery runs nothing; a key that is no task is ignored; a
+/// task the store cannot read fails only its own message.
+#[tokio::test]
+async fn the_extractor_function_runs_a_commits_task_from_its_notification() {
+    use skald_tests::faults::{Fault, FaultyStore, Op, Rule};
+
+    use super::indexer::{created, sqs_message, test_event};
+    let server = ModelServer::start().await;
+    server.on(
+        EXTRACT_MARKER,
+        extraction(&json!([{"category": "entities", "name": "bike", "content": "The user's bike is a green Brompton.", "sources": [1]}])),
+    );
+    let (store, _dir) = local_store();
+    let faulty = Arc::new(FaultyStore::new(store.clone(), vec![]));
+    let shared: SharedStore = faulty.clone();
+    let config = Config {
+        identity: IdentityConfig { mode: IdentityMode::Dev, ..IdentityConfig::default() },
+        extraction: Some(server.openai_model("extractor")),
+        memory: skald::config::MemoryConfig { index_inline: Some(false), ..skald::config::MemoryConfig::default() },
+        ..Config::default()
+    };
+    let embedder: Arc<dyn Embedder> = Arc::new(HashedEmbedder::new(EMBED_DIMENSION));
+    let app = Arc::new(App::with_parts(config, shared, embedder));
+    let committed =
+        said_and_committed(&app, "e1", vec![say("z1", "user", "My bike is a green Brompton.", "2026-04-01T12:00:00Z")])
+            .await;
+    let result = ok(&committed).clone();
+    assert!(result["memory_extraction"].as_str().is_some_and(|t| t.contains("in the background")), "{result}");
+    let task_id = result["task_id"].as_str().expect("task").to_owned();
+    let task = ok(&call(&app, Handler::Sessions, "GET", &format!("/api/v1/tasks/{task_id}"), &[], None).await).clone();
+    assert_eq!(task["status"], "pending", "{task}");
+    assert!(server.requests().is_empty(), "the commit called no model");
+
+    let task_key = format!("accounts/default/tasks/default/{task_id}.task.json");
+    let invoke = |messages: Vec<Value>| {
+        let app = app.clone();
+        async move {
+            let event = lambda_http::LambdaEvent::new(json!({ "Records": messages }), lambda_http::Context::default());
+            skald_lambda::extractor::handle(&app, event).await.expect("the handler answers a batch")
+        }
+    };
+    // The store fails reading the task: only its message comes back.
+    faulty.push(Rule::every(Op::Get, ".task.json", Fault::FailBeforeLanding));
+    let answer = invoke(vec![
+        sqs_message("1", &created("any", &[&task_key])),
+        sqs_message("2", &created("any", &[&format!("{USER_TREE}memories/events/x.md")])),
+        sqs_message("3", &test_event()),
+    ])
+    .await;
+    assert_eq!(answer["batchItemFailures"], json!([{"itemIdentifier": "1"}]), "{answer}");
+    assert_eq!((answer["errors"].as_u64(), answer["ignored"].as_u64()), (Some(1), Some(1)), "{answer}");
+    faulty.clear();
+
+    let answer = invoke(vec![sqs_message("1", &created("any", &[&task_key]))]).await;
+    assert_eq!(
+        answer,
+        json!({"completed": 1, "failed": 0, "skipped": 0, "ignored": 0, "errors": 0, "batchItemFailures": []})
+    );
+    let task = ok(&call(&app, Handler::Sessions, "GET", &format!("/api/v1/tasks/{task_id}"), &[], None).await).clone();
+    assert_eq!(
+        (task["status"].as_str(), task["result"]["memories_extracted"]["entities"].as_u64()),
+        (Some("completed"), Some(1)),
+        "{task}"
+    );
+    assert!(
+        text_of(&store, &format!("{USER_TREE}memories/entities/bike.md")).await.is_some_and(|t| t.contains("Brompton"))
+    );
+
+    // Redelivered (and the notifications of the task's own writes): nothing runs.
+    let calls = server.requests().len();
+    let answer =
+        invoke(vec![sqs_message("1", &created("any", &[&task_key])), sqs_message("2", &created("any", &[&task_key]))])
+            .await;
+    assert_eq!((answer["skipped"].as_u64(), answer["completed"].as_u64()), (Some(1), Some(0)), "{answer}");
+    assert_eq!(server.requests().len(), calls);
 }
