@@ -35,7 +35,7 @@ except ImportError:
     sys.exit(2)
 
 TEMPLATE = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "infra", "template.yaml")
-MODEL_FUNCTIONS = {"SearchContextFunction", "RecallPresetFunction", "SessionsFunction", "McpFunction"}
+MODEL_FUNCTIONS = {"SearchContextFunction", "RecallPresetFunction", "SessionsFunction", "McpFunction", "ExtractorFunction"}
 # Each function's S3 Vectors actions with the bucket enabled. A reader's
 # query filters on metadata and returns it, which S3 Vectors allows only
 # with GetVectors besides QueryVectors; the indexer also writes, deletes,
@@ -51,6 +51,7 @@ VECTOR_ACTIONS = {
     "IndexerFunction": VECTOR_READ
     | {"s3vectors:PutVectors", "s3vectors:DeleteVectors", "s3vectors:GetIndex", "s3vectors:CreateIndex", "s3vectors:UpdateIndexMode"},
     "SessionsFunction": set(),
+    "ExtractorFunction": VECTOR_READ,
 }
 # Pseudo parameters to render names and ARNs with.
 STACK_UUID = "0a1b2c3d-4e5f-6789-abcd-ef0123456789"
@@ -291,6 +292,42 @@ def main():
             check(has_policy == (name in MODEL_FUNCTIONS), f"{name}: model access policy attached: {has_policy}")
             has_secret = "SKALD_LLM_API_KEY_SECRET" in variables
             check(has_secret == (name in MODEL_FUNCTIONS), f"{name}: given the key secret's ARN: {has_secret}")
+    # S3 refuses two notification rules of one event type whose prefixes
+    # and suffixes both overlap; every queue a function takes has a
+    # dead-letter queue watched by an alarm, and the function reports
+    # partial batch failures.
+    bucket = source["Resources"]["StoreBucket"]["Properties"]["NotificationConfiguration"]["QueueConfigurations"]
+    rules = []
+    for config in bucket:
+        filters = {r["Name"]: r["Value"] for r in config["Filter"]["S3Key"]["Rules"]}
+        rules.append((config["Event"], filters.get("prefix", ""), filters.get("suffix", ""), config["Queue"]))
+    for i, (event, prefix, suffix, _) in enumerate(rules):
+        for other_event, other_prefix, other_suffix, _ in rules[i + 1:]:
+            overlap = (
+                event.split(":")[1] == other_event.split(":")[1]
+                and (prefix.startswith(other_prefix) or other_prefix.startswith(prefix))
+                and (suffix.endswith(other_suffix) or other_suffix.endswith(suffix))
+            )
+            check(not overlap, f"notification rules overlap: {event} {prefix}*{suffix} and {other_event} {other_prefix}*{other_suffix}")
+    task_rules = [q for (e, p, x, q) in rules if x == ".task.json" and e.startswith("s3:ObjectCreated")]
+    check(task_rules == [{"Fn::GetAtt": ["ExtractorQueue", "Arn"]}], f"commit tasks notify {task_rules}")
+    alarmed = {
+        r["Properties"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0]
+        for r in source["Resources"].values()
+        if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"].get("Namespace") == "AWS/SQS"
+    }
+    for name, resource in source["Resources"].items():
+        if resource["Type"] != "AWS::Serverless::Function":
+            continue
+        for event in resource["Properties"].get("Events", {}).values():
+            if event["Type"] != "SQS":
+                continue
+            queue = event["Properties"]["Queue"]["Fn::GetAtt"][0]
+            dead = source["Resources"][queue]["Properties"].get("RedrivePolicy", {}).get("deadLetterTargetArn", {})
+            dead = dead.get("Fn::GetAtt", [None])[0]
+            check(dead is not None, f"{name}'s queue {queue} has no dead-letter queue")
+            check(dead in alarmed, f"{name}'s dead-letter queue {dead} has no alarm")
+            check(event["Properties"].get("FunctionResponseTypes") == ["ReportBatchItemFailures"], f"{name} fails whole batches")
     if failures:
         print("\n".join(failures))
         print(f"template: {len(failures)} of {checks} checks failed")
