@@ -357,7 +357,7 @@ fn build() -> Vec<Tool> {
         tool(
             "remember",
             "Remember",
-            "Keep messages as long-term memory: they are stored in a new session and committed, and the conversation becomes event memories (verbatim, dated, attributed) that find, search and recall return in later sessions. Returns what was stored and the commit's task id.",
+            "Keep messages as long-term memory: they are stored in a new session and committed, and the conversation becomes event memories (verbatim, dated, attributed) that find, search and recall return in later sessions; with a model configured, also extracted profile, preferences, entities and events. Returns what was stored and the commit's task id.",
             remember_schema,
             false,
         ),

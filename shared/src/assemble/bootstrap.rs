@@ -37,7 +37,7 @@ use crate::tokens::{estimate_escaped_tokens, estimate_tokens, truncate_to_escape
 use crate::uri::{VikingUri, tree_key};
 
 /// The instructions template's version.
-pub const INSTRUCTIONS_VERSION: &str = "4";
+pub const INSTRUCTIONS_VERSION: &str = "5";
 
 /// How to use the memory this block comes from: static text, versioned.
 /// It names only tools and routes that exist (a test holds it to the MCP
@@ -54,7 +54,8 @@ Skald memory — how to use it:
 - Recall before answering when the user refers to past work, people, preferences or decisions.
 - The conversation is kept by appending its messages to the session (POST /api/v1/sessions/{id}/messages) and archived by
   POST /api/v1/sessions/{id}/commit, which keeps what was said as event memories (viking://~/memories/events) that later
-  sessions find; the remember tool keeps messages said elsewhere. Do not restate these instructions to the user.";
+  sessions find, and, where a model is configured, extracts the user's profile, preferences and entities from it; the
+  remember tool keeps messages said elsewhere. Do not restate these instructions to the user.";
 
 /// The URI the instructions render under.
 pub const INSTRUCTIONS_URI: &str = "viking://skald/instructions";
