@@ -13,7 +13,12 @@
 # each request through the Lambda edge), runs the suites and stops the
 # server; then serves the same store in api_key mode on another port for
 # the SDK and the plugins, and checks that the key never reached the log.
-# Each suite prints `N passed, N failed`; any failure fails.
+# Last, the memory loop with a model: the Claude Code plugin again, on a
+# fresh copy of the demo store, with commits extracting memories through
+# `model_stub` — answering, failing (HTTP 500), and slower than the
+# commit's deadline — and each commit's task checked: extracted memories,
+# or a failed task whose episodes stand. Each suite prints
+# `N passed, N failed`; any failure fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -52,8 +57,10 @@ for mode in dev api_key; do
 }
 EOF
 done
-cargo build --quiet --locked -p skald-cli -p skald-tests --bin skald --bin local_gateway
+cargo build --quiet --locked -p skald-cli -p skald-tests -p skald-bench --bin skald --bin local_gateway --bin model_stub
 target/debug/skald --config "$work/dev.json" ingest samplconfigs/demo >/dev/null
+# The demo as ingested, for the model runs below.
+cp -r "$work/store" "$work/pristine"
 
 start_gateway "$work/dev.json" "$work/gateway.log"
 echo "serving the demo on $url (dev mode)" >&2
@@ -99,4 +106,39 @@ if [ "$api_status" -ne 0 ]; then
   tail -n 50 "$work/gateway-keys.log" >&2
   status=1
 fi
+# The memory loop with a model. The query expansion is off (not under
+# test here, and a slow model would hold every prompt), and the gateway's
+# limit is 12 s, so that a model slower than it fails the commit's task,
+# not the hook.
+for model in answers fails late; do
+  case $model in
+    answers) stub_args=() ;;
+    fails) stub_args=(--fail 500) ;;
+    late) stub_args=(--delay-ms 20000) ;;
+  esac
+  model_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  target/debug/model_stub --listen "127.0.0.1:$model_port" "${stub_args[@]}" 2>"$work/model-$model.log" &
+  gateway_pids+=("$!")
+  rm -rf "$work/store-$model"
+  cp -r "$work/pristine" "$work/store-$model"
+  cat >"$work/model-$model.json" <<EOF
+{
+  "store": "$work/store-$model",
+  "identity": { "mode": "dev", "default_account": "default", "default_user": "default" },
+  "embedding": { "provider": "use-m3", "model_dir": "$root/.skald/models/use-m3" },
+  "llm": { "provider": "openai", "base_url": "http://127.0.0.1:$model_port/v1", "model": "stub", "api_key_env": "SKALD_TEST_UNSET_KEY" },
+  "retrieval": { "enable_intent": false, "gateway_timeout_s": 12 }
+}
+EOF
+  start_gateway "$work/model-$model.json" "$work/gateway-model-$model.log"
+  echo "== The memory loop with a model that $model: the Claude Code plugin against $url" >&2
+  model_status=0
+  tests/plugins/run.sh "$url" --only cc || model_status=1
+  python3 tests/plugins/check_tasks.py "$url" "$model" || model_status=1
+  if [ "$model_status" -ne 0 ]; then
+    tail -n 30 "$work/gateway-model-$model.log" >&2
+    status=1
+  fi
+done
 exit "$status"
+
