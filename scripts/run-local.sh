@@ -54,5 +54,12 @@ watch_args=(-A 127.0.0.1 -P 9000)
 if [ -z "${SKALD_WATCH_RELOAD:-}" ]; then
   watch_args+=(--ignore-changes)
 fi
+# A local store sends no change notifications: `skald watch` polls it and
+# indexes every Markdown file written into it or removed (the indexer's own
+# code), so a file dropped into .skald/store is searchable within a second.
+cargo build --quiet -p skald-cli
+target/debug/skald --config "$config" watch &
+watcher=$!
+trap 'kill "$watcher" 2>/dev/null || true' EXIT INT TERM
 echo "serving on http://127.0.0.1:9000 (e.g. POST /api/v1/search/find)" >&2
-exec cargo lambda watch "${watch_args[@]}" "${env_args[@]}"
+cargo lambda watch "${watch_args[@]}" "${env_args[@]}"

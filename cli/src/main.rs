@@ -3,7 +3,9 @@
 //! and queries the index as `find` would; converts the embedded embedder's
 //! model (`skald model convert`); creates, lists and revokes API keys
 //! (`skald keys`); shows and moves an account's index between the segment
-//! and S3 Vectors backends (`skald index status`, `skald index migrate`).
+//! and S3 Vectors backends (`skald index status`, `skald index migrate`);
+//! indexes what is written into a local store as it changes (`skald
+//! watch`, the local stand-in for S3's notifications).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -70,6 +72,13 @@ enum Command {
     Keys {
         #[command(subcommand)]
         command: KeysCommand,
+    },
+    /// Watch a local store: index every Markdown file written into it, or removed, within a poll
+    /// (and run commit tasks), as S3's notifications do when deployed. Runs until stopped.
+    Watch {
+        /// How often to look, in milliseconds.
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
     },
     /// Manage the embedded USE-m3 model (scripts/setup-model.sh runs `model convert`).
     Model {
@@ -171,7 +180,40 @@ async fn main() -> Result<()> {
             Ok(())
         }
         Command::Index { command } => run_index(&app, &account, &command).await,
+        Command::Watch { interval_ms } => watch(&app, interval_ms).await,
         Command::Model { .. } | Command::Keys { .. } => Ok(()),
+    }
+}
+
+/// `skald watch`: polls the local store every `interval_ms` and hands what
+/// changed to the indexer (and the extractor), one line per change set.
+async fn watch(app: &App, interval_ms: u64) -> Result<()> {
+    use skald::store::StoreLocation;
+    let StoreLocation::Local(root) = app.config.store_location()? else {
+        anyhow::bail!("skald watch needs a local store: S3 sends its own notifications to the indexer");
+    };
+    let interval = std::time::Duration::from_millis(interval_ms.max(50));
+    eprintln!("watching {} for changes (every {} ms)", root.display(), interval.as_millis());
+    let mut before = skald::watch::scan(&root);
+    loop {
+        tokio::time::sleep(interval).await;
+        let after = skald::watch::scan(&root);
+        let keys = skald::watch::changed(&before, &after);
+        before = after;
+        if keys.is_empty() {
+            continue;
+        }
+        let now = i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs())?;
+        let done = skald::watch::notify(app, &keys, now).await;
+        eprintln!(
+            "{} changed: {} indexed, {} removed, {} unchanged, {} tasks run{}",
+            keys.len(),
+            done.index.indexed,
+            done.index.removed,
+            done.index.unchanged,
+            done.tasks_run,
+            if done.errors.is_empty() { String::new() } else { format!("; failed: {}", done.errors.join("; ")) }
+        );
     }
 }
 

@@ -31,4 +31,5 @@ pub mod store;
 pub mod timeparse;
 pub mod tokens;
 pub mod uri;
+pub mod watch;
 pub mod xml_text;

@@ -798,3 +798,49 @@ proptest::proptest! {
         }
     }
 }
+
+/// Locally nothing sends notifications: `skald watch` polls the store's
+/// directory, and a file written into it by hand is found after one poll;
+/// removed, it is gone after the next.
+#[tokio::test]
+async fn a_file_written_into_a_local_store_is_found_after_a_poll() {
+    let (store, dir) = local_store();
+    let app = skald_tests::fixture::app_over_store(store);
+    let root = dir.path().to_path_buf();
+    let before = skald::watch::scan(&root);
+    let file = root.join("accounts/default/tree/resources/notes/kafka.md");
+    std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+    std::fs::write(&file, "# Summary\nKafka consumer lag alerts fire at ten thousand messages.\n").expect("write");
+    let after = skald::watch::scan(&root);
+    let keys = skald::watch::changed(&before, &after);
+    assert_eq!(keys, ["accounts/default/tree/resources/notes/kafka.md"]);
+    let done = skald::watch::notify(&app, &keys, 1_800_000_000).await;
+    assert_eq!((done.index.indexed, done.errors.len()), (1, 0), "{done:?}");
+    let find = json!({"query": "kafka consumer lag", "limit": 3});
+    let found = skald_tests::fixture::call(
+        &app,
+        skald_tests::fixture::Handler::Find,
+        "POST",
+        "/api/v1/search/find",
+        &[],
+        Some(&find),
+    )
+    .await;
+    assert!(found.text.contains("viking://resources/notes/kafka.md"), "{}", found.text);
+
+    std::fs::remove_file(&file).expect("rm");
+    let gone = skald::watch::scan(&root);
+    let keys = skald::watch::changed(&after, &gone);
+    let done = skald::watch::notify(&app, &keys, 1_800_000_001).await;
+    assert_eq!(done.index.removed, 1, "{done:?}");
+    let found = skald_tests::fixture::call(
+        &app,
+        skald_tests::fixture::Handler::Find,
+        "POST",
+        "/api/v1/search/find",
+        &[],
+        Some(&find),
+    )
+    .await;
+    assert!(!found.text.contains("notes/kafka.md"), "{}", found.text);
+}
