@@ -536,19 +536,30 @@ fn extraction_configured(_app: &App) -> bool {
     false
 }
 
+/// Attempts at running a commit's task inline when the store fails.
+#[cfg(feature = "llm")]
+const INLINE_TASK_ATTEMPTS: usize = 3;
+
 /// Runs the commit's pending extraction task within the request's
 /// deadline (a store that sends no notifications); the task as it ends.
 #[cfg(feature = "llm")]
 async fn extract_inline(app: &App, admitted: &Admitted<'_>, task: Task) -> Task {
-    let now = time::OffsetDateTime::now_utc();
-    match crate::memory::extractor::run_task(app, &admitted.identity, &task.task_id, &admitted.deadline, now).await {
-        Ok(Some(run)) => run.task,
-        Ok(None) => task,
-        Err(e) => {
-            tracing::warn!(task = task.task_id, error = %e, "the extraction task could not run; it stays pending");
-            task
+    let mut last = None;
+    // A store failure claiming or recording the task is retried: no event
+    // will run it later on a store that sends none.
+    for _ in 0..INLINE_TASK_ATTEMPTS {
+        let now = time::OffsetDateTime::now_utc();
+        match crate::memory::extractor::run_task(app, &admitted.identity, &task.task_id, &admitted.deadline, now).await
+        {
+            Ok(Some(run)) => return run.task,
+            Ok(None) => return task,
+            Err(e) => last = Some(e),
         }
     }
+    if let Some(e) = last {
+        tracing::warn!(task = task.task_id, error = %e, "the extraction task could not run; it stays as it was");
+    }
+    crate::memory::tasks::get(&app.store, &admitted.identity, &task.task_id).await.ok().flatten().unwrap_or(task)
 }
 
 #[cfg(not(feature = "llm"))]

@@ -75,6 +75,29 @@ pub enum ExtractError {
     Index(String),
 }
 
+impl ExtractError {
+    /// Whether running the task again may succeed without anything
+    /// changing: the store (or the index) failed, not the model, and the
+    /// session is still there.
+    #[must_use]
+    pub fn is_transient(&self) -> bool {
+        // A message that reads corrupt may be a read cut short: read again.
+        matches!(
+            self,
+            Self::Store(_) | Self::Session(SessionError::Store(_) | SessionError::Corrupt(_)) | Self::Index(_)
+        )
+    }
+
+    /// This error as the store error [`run_task`] reports (a store error
+    /// as it is; another named with task `task_id`).
+    fn into_store_error(self, task_id: &str) -> StoreError {
+        match self {
+            Self::Store(e) | Self::Session(SessionError::Store(e)) => e,
+            other => StoreError::Backend { op: "extract", key: task_id.to_owned(), message: other.to_string() },
+        }
+    }
+}
+
 /// What one extraction did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Extraction {
@@ -423,8 +446,10 @@ pub struct TaskRun {
 /// task's final PUT and a compare-and-swap of the session's counts.
 ///
 /// # Errors
-/// Store errors before the task could be claimed or recorded (the task
-/// stays as it was, and a redelivered event runs it).
+/// Store errors claiming or recording the task, or failing the extraction
+/// itself (the task is then back to `pending`, or stays as it was): a
+/// redelivered event, or the inline commit's next attempt, runs it again.
+/// Only the model's failures (and a session that is gone) fail the task.
 pub async fn run_task(
     app: &App,
     identity: &Identity,
@@ -437,7 +462,18 @@ pub async fn run_task(
         Some(Err(found)) => return Ok(Some(TaskRun { task: found, ran: false })),
         Some(Ok(claimed)) => claimed,
     };
-    let outcome = run_claimed(app, identity, &task, deadline, now).await;
+    let outcome = match run_claimed(app, identity, &task, deadline, now).await {
+        Err(e) if e.is_transient() => {
+            // The store failed, not the model: the task goes back to
+            // `pending`, and the caller's error brings it back (the event
+            // is redelivered; an inline commit tries again).
+            let mut back = task.clone();
+            back.status = TaskStatus::Pending;
+            tasks::swap(&app.store, identity, &back, &etag).await?;
+            return Err(e.into_store_error(&task.task_id));
+        }
+        outcome => outcome,
+    };
     let finished = OffsetDateTime::now_utc().unix_timestamp().max(now.unix_timestamp());
     task.updated_at = finished;
     task.updated_at_iso = tasks::iso(finished);
@@ -483,7 +519,7 @@ pub async fn run_task(
     if let Some(result) = task.result.as_mut() {
         result["memories_extracted"] = json!(counts);
     }
-    tasks::put_if(&app.store, identity, &task, &etag).await?;
+    tasks::swap(&app.store, identity, &task, &etag).await?;
     Ok(Some(TaskRun { task, ran: true }))
 }
 

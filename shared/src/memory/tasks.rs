@@ -189,6 +189,48 @@ fn encode(identity: &Identity, task: &Task) -> Result<bytes::Bytes, StoreError> 
     })
 }
 
+/// Writes `task` over the version with `etag` (compare-and-swap), and
+/// settles an outcome the store left unknown by reading back: returns the
+/// new etag when the task now reads as `task` (this write, or an earlier
+/// attempt of it, landed), `None` when another writer changed it first.
+/// A write that failed before landing is tried again, up to 4 times.
+///
+/// Cost: one conditional PUT; a GET more per unknown outcome or conflict.
+///
+/// # Errors
+/// Store errors that persist through the attempts.
+pub async fn swap(
+    store: &SharedStore,
+    identity: &Identity,
+    task: &Task,
+    etag: &str,
+) -> Result<Option<String>, StoreError> {
+    let etag = etag.to_owned();
+    let mut last = None;
+    for _ in 0..4 {
+        match put_if(store, identity, task, &etag).await {
+            Ok(new) => return Ok(Some(new)),
+            Err(e @ (StoreError::Conflict(_) | StoreError::Backend { .. })) => {
+                let conflict = matches!(e, StoreError::Conflict(_));
+                match get_tagged(store, identity, &task.task_id).await {
+                    Ok(Some((found, new))) if &found == task => return Ok(Some(new)),
+                    // Still the version this write meant to replace: it did
+                    // not land.
+                    Ok(Some((_, new))) if new == etag && !conflict => {}
+                    Ok(_) => return Ok(None),
+                    Err(read) => last = Some(read),
+                }
+                if conflict {
+                    return Ok(None);
+                }
+                last.get_or_insert(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| StoreError::Conflict(key(identity, &task.task_id))))
+}
+
 /// How long a `running` task may go without a change before another
 /// worker may take it over (its worker is presumed gone): 16 minutes, past
 /// the longest a Lambda function runs.
@@ -201,11 +243,11 @@ pub const STALE_AFTER_S: i64 = 16 * 60;
 /// this caller's to run (done, failed, being run, or taken meanwhile);
 /// `None` when there is no such task.
 ///
-/// Cost: a GET and a conditional PUT.
+/// Cost: a GET and a conditional PUT ([`swap`]: a GET more when the
+/// store leaves the outcome unknown).
 ///
 /// # Errors
-/// Store errors (an unknown outcome of the PUT included: the task is then
-/// `running`, or not, and a later claim decides).
+/// Store errors that persist through [`swap`]'s attempts.
 pub async fn claim(
     store: &SharedStore,
     identity: &Identity,
@@ -225,13 +267,9 @@ pub async fn claim(
     task.stage = "extraction".to_owned();
     task.updated_at = now;
     task.updated_at_iso = iso(now);
-    match put_if(store, identity, &task, &etag).await {
-        Ok(etag) => Ok(Some(Ok((task, etag)))),
-        Err(StoreError::Conflict(_)) => {
-            let found = get(store, identity, task_id).await?;
-            Ok(found.map(Err))
-        }
-        Err(e) => Err(e),
+    match swap(store, identity, &task, &etag).await? {
+        Some(etag) => Ok(Some(Ok((task, etag)))),
+        None => Ok(get(store, identity, task_id).await?.map(Err)),
     }
 }
 

@@ -15,6 +15,12 @@
 //!   once while not archived, and the archives cover the archived ones
 //!   back to back; every archived message is in exactly one episode (an
 //!   event memory the commit wrote);
+//! - commits extract memories through a scripted model (a local server
+//!   answering as `model_stub` does): every memory the extraction wrote is
+//!   whole, in the user's tree, and cites an archive that exists; every
+//!   commit's task ended (completed, or failed with why) or waits
+//!   (`pending`, `running`) where a store fault cut it (deployed, the
+//!   event's redelivery runs it again);
 //! - no request answered 500, and every operation was acknowledged in the
 //!   end.
 //!
@@ -163,7 +169,20 @@ async fn soak(inner: SharedStore, backend: &str, seed: u64) -> Result<(), Vec<St
     // The corpus goes in before the faults start.
     let (_seeded, _source) = app_with_corpus_in(DEFAULT_CORPUS, &[], inner.clone()).await;
     let faulty = Arc::new(FaultyStore::random(inner.clone(), RATES, seed));
-    let app = app_over_store(Arc::clone(&faulty) as SharedStore);
+    // Commits extract memories with a scripted model (one entity per user
+    // message, every candidate added).
+    let model = skald_tests::model_server::ModelServer::start().await;
+    let config = skald::config::Config {
+        identity: skald::config::IdentityConfig {
+            mode: skald::config::IdentityMode::Dev,
+            ..skald::config::IdentityConfig::default()
+        },
+        extraction: Some(model.openai_model("soak")),
+        ..skald::config::Config::default()
+    };
+    let embedder: Arc<dyn skald::embed::Embedder> =
+        Arc::new(skald::embed::hashed::HashedEmbedder::new(EMBED_DIMENSION));
+    let app = Arc::new(skald_tests::fixture::build_app(config, Arc::clone(&faulty) as SharedStore, embedder));
     let tally = Arc::new(Tally::default());
     let account = AccountId::new(ACCOUNT).expect("account");
 
@@ -391,6 +410,7 @@ async fn soak(inner: SharedStore, backend: &str, seed: u64) -> Result<(), Vec<St
         archives += judge_session(&judge, &inner, session, ids, &mut lost).await;
         messages += ids.len();
     }
+    let extracted = judge_extraction(&inner, &mut lost).await;
     let injected = faulty.injected();
     let mut by_fault: BTreeMap<String, usize> = BTreeMap::new();
     for fault in &injected {
@@ -414,7 +434,7 @@ async fn soak(inner: SharedStore, backend: &str, seed: u64) -> Result<(), Vec<St
     eprintln!(
         "soak ({backend}, seed {seed:#x}): {} operations ({} index commits, {UPLOADS} uploads, deletes and moves \
          through the indexers, {messages} acknowledged messages, {SESSION_COMMITS} session commits making {archives} \
-         archives, {SEARCHES} searches), {} store calls, {} faults injected {by_fault:?}, {} retries, {given_up} given up, {} searches \
+         archives and {extracted}, {SEARCHES} searches), {} store calls, {} faults injected {by_fault:?}, {} retries, {given_up} given up, {} searches \
          answered 503, {server_errors} answers 500, lost: {}",
         tally.operations.load(Ordering::Relaxed),
         WRITERS * COMMITS_PER_WRITER,
@@ -425,6 +445,58 @@ async fn soak(inner: SharedStore, backend: &str, seed: u64) -> Result<(), Vec<St
         lost.len(),
     );
     if lost.is_empty() { Ok(()) } else { Err(lost) }
+}
+
+/// The memories extraction wrote, after the soak: each whole (a title, a
+/// statement and a fields block that decodes), citing archives that
+/// exist; the commits' tasks ended, or wait where a store fault cut them.
+/// Returns what extraction made, for the report.
+async fn judge_extraction(inner: &SharedStore, lost: &mut Vec<String>) -> String {
+    let entities = inner.list("accounts/default/tree/user/default/memories/entities/").await.expect("list entities");
+    let mut extracted = 0;
+    for object in &entities {
+        let text = String::from_utf8_lossy(&inner.get(&object.key).await.expect("a memory").body).into_owned();
+        if !text.contains("<!-- MEMORY_FIELDS") {
+            continue; // the corpus's own
+        }
+        extracted += 1;
+        let (said, fields) = skald::memory::extract::split_memory(&text);
+        if !said.starts_with("# ") || !said.contains("The user said: ") || fields.sources.is_empty() {
+            lost.push(format!("memory {} is not whole: {text:?}", object.key));
+        }
+        for source in &fields.sources {
+            let Ok(archive) = VikingUri::parse(&source.archive) else {
+                lost.push(format!("memory {} cites {:?}", object.key, source.archive));
+                continue;
+            };
+            let claim = format!("accounts/default/tree/{}/.meta.json", archive.path());
+            if inner.get(&claim).await.is_err() {
+                lost.push(format!("memory {} cites archive {} that does not exist", object.key, source.archive));
+            }
+        }
+    }
+    let others = inner.list("accounts/default/tree/user/").await.expect("list users");
+    for object in others.iter().filter(|o| !o.key.starts_with("accounts/default/tree/user/default/")) {
+        let body = inner.get(&object.key).await.expect("a file").body;
+        if String::from_utf8_lossy(&body).contains("<!-- MEMORY_FIELDS") {
+            lost.push(format!("extraction wrote outside the user's tree: {}", object.key));
+        }
+    }
+    let tasks = inner.list("accounts/default/tasks/default/").await.expect("list tasks");
+    let (mut completed, mut failed, mut waiting) = (0, 0, 0);
+    for object in &tasks {
+        let task = store_json(inner, &object.key).await.expect("a task");
+        match task["status"].as_str() {
+            Some("completed") => completed += 1,
+            Some("failed") if task["error"].as_str().is_some_and(|e| !e.is_empty()) => failed += 1,
+            // Cut by a store fault before it was claimed, or before its
+            // last write: a worker (the extractor, on the task's event)
+            // runs it, or takes it over once it is stale.
+            Some("pending" | "running") => waiting += 1,
+            _ => lost.push(format!("task {} did not end: {task}", object.key)),
+        }
+    }
+    format!("{extracted} extracted memories (tasks: {completed} completed, {failed} failed, {waiting} waiting)")
 }
 
 /// The index after the soak: whole (every segment the manifest lists is
