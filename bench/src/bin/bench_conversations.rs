@@ -3,6 +3,7 @@
 //! ```text
 //! scripts/setup-model.sh        # once (the USE-m3 model), unless --hashed
 //! cargo run --release -p skald-bench --bin bench_conversations -- [--only NAME] [--hashed] [--show-misses N]
+//! cargo run --release -p skald-bench --bin bench_conversations -- --model-stub   # extraction's cost
 //! ```
 //!
 //! Each conversation of `tests/eval/conversations/*.json` (checked by
@@ -36,9 +37,9 @@ use serde_json::{Value, json};
 use skald::app::App;
 use skald::memory::episodes::episodes;
 use skald::sessions::{SessionId, StoredMessage};
-use skald_bench::{Flags, TempStore, block_on, dev_app, embedder, event, fail, parse_body, percentile, repo, sorted};
+use skald_bench::{Flags, TempStore, block_on, embedder, event, fail, parse_body, percentile, repo, sorted};
 
-const USAGE: &str = "usage: bench_conversations [--only NAME] [--hashed] [--show-misses N] [--episode-messages N] [--episode-tokens N] [--limit N]";
+const USAGE: &str = "usage: bench_conversations [--only NAME] [--hashed] [--show-misses N] [--episode-messages N] [--episode-tokens N] [--limit N] [--model-stub]";
 
 #[derive(Debug, Deserialize)]
 struct Conversation {
@@ -106,6 +107,10 @@ struct Results {
     by_kind: BTreeMap<(String, &'static str), Score>,
     commits: Vec<Duration>,
     messages: usize,
+    /// With `--model-stub`: the extraction calls made and their prompts'
+    /// estimated tokens.
+    model_calls: usize,
+    prompt_tokens: u64,
     episodes: usize,
     block_tokens: Vec<u64>,
 }
@@ -115,6 +120,7 @@ fn main() {
     let (mut only, mut hashed, mut show) = (None, false, 0usize);
     let mut memory = skald::config::MemoryConfig::default();
     let mut limit = None;
+    let mut stub = false;
     while let Some(flag) = flags.next() {
         match flag.as_str() {
             "--only" => only = Some(flags.value(&flag).unwrap_or_else(|e| fail("--only", e))),
@@ -124,6 +130,7 @@ fn main() {
                 memory.episode_messages = flags.at_least(&flag, 1).unwrap_or_else(|e| fail("--episode-messages", e));
             }
             "--limit" => limit = Some(flags.at_least(&flag, 1).unwrap_or_else(|e| fail("--limit", e))),
+            "--model-stub" => stub = true,
             "--episode-tokens" => {
                 memory.episode_tokens = flags.at_least(&flag, 1).unwrap_or_else(|e| fail("--episode-tokens", e));
             }
@@ -158,7 +165,7 @@ fn main() {
         let conversation: Conversation =
             serde_json::from_str(&text).unwrap_or_else(|e| fail(&file.display().to_string(), e));
         let started = Instant::now();
-        let results = block_on(evaluate(&conversation, Arc::clone(&embedder), &memory, limit, show));
+        let results = block_on(evaluate(&conversation, Arc::clone(&embedder), &memory, limit, show, stub));
         println!(
             "{} ({}): {} sessions, {} messages -> {} episodes, {} questions, {:.1} s",
             conversation.name,
@@ -178,6 +185,8 @@ fn main() {
         }
         total.commits.extend(&results.commits);
         total.messages += results.messages;
+        total.model_calls += results.model_calls;
+        total.prompt_tokens += results.prompt_tokens;
         total.episodes += results.episodes;
         total.block_tokens.extend(&results.block_tokens);
     }
@@ -216,15 +225,25 @@ fn main() {
     println!();
     println!(
         "commit -> searchable (local store, inline indexing): p50 {:.0} ms, p95 {:.0} ms over {} commits ({:.1} s per 1,000 messages); {} messages -> {} episodes ({:.0} per 1,000 messages); 1600-token blocks used p50 {} tokens",
-        percentile(&commits, 0.5) * 1000.0,
-        percentile(&commits, 0.95) * 1000.0,
+        percentile(&commits, 50.0) * 1000.0,
+        percentile(&commits, 95.0) * 1000.0,
         commits.len(),
         if total.messages == 0 { 0.0 } else { commits.iter().sum::<f64>() * 1000.0 / total.messages as f64 },
         total.messages,
         total.episodes,
         if total.messages == 0 { 0.0 } else { 1000.0 * total.episodes as f64 / total.messages as f64 },
-        percentile(&tokens, 0.5),
+        percentile(&tokens, 50.0),
     );
+    if stub {
+        let per = |n: f64| if total.messages == 0 { 0.0 } else { n * 1000.0 / total.messages as f64 };
+        println!(
+            "extraction (model stand-in): {} calls, {:.1} calls and {:.0} prompt tokens (estimated) per 1,000 messages; each answer at most {} tokens",
+            total.model_calls,
+            per(total.model_calls as f64),
+            per(total.prompt_tokens as f64),
+            2000
+        );
+    }
 }
 
 /// Feeds `conversation` in and asks every question.
@@ -234,10 +253,17 @@ async fn evaluate(
     memory: &skald::config::MemoryConfig,
     limit: Option<usize>,
     show: usize,
+    stub: bool,
 ) -> Results {
     let temp = TempStore::open(&format!("skald-bench-conversations-{}", conversation.name));
-    let mut app = dev_app(temp.store().clone(), embedder);
-    app.config.memory = memory.clone();
+    // With --model-stub, commits extract memories through a local model
+    // stand-in (one memory per user message): what extraction costs in
+    // time and prompt tokens, not what a real model would extract.
+    let model = if stub { Some(skald_tests::model_server::ModelServer::start().await) } else { None };
+    let mut config = skald_bench::dev_config();
+    config.memory = memory.clone();
+    config.extraction = model.as_ref().map(|m| m.openai_model("stub"));
+    let app = skald::app::App::with_parts(config, temp.store().clone(), embedder);
     let mut results = Results::default();
     let mut windows: Vec<String> = Vec::new();
     for session in &conversation.sessions {
@@ -335,6 +361,11 @@ async fn evaluate(
             misses += 1;
             println!("  miss {} [{}] {} -> evidence {:?}", q.id, q.kind, q.question, q.evidence);
         }
+    }
+    if let Some(model) = &model {
+        let prompts: Vec<String> = model.requests().iter().map(|r| r.prompt_text()).collect();
+        results.model_calls = prompts.len();
+        results.prompt_tokens = prompts.iter().map(|p| skald::tokens::estimate_tokens(p) as u64).sum();
     }
     results
 }
