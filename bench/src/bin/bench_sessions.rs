@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! cargo run --release -p skald-bench --bin bench_sessions -- [--hashed] [--rounds 5] [--appends 600]
-//!     [--slow-appends 100] [--concurrent 32,128] [--latency-ms 20] [--no-moto]
+//!     [--slow-appends 100] [--concurrent 32,128] [--latency-ms 20] [--no-moto] [--commits-only]
 //! ```
 //!
 //! Stores: `local` (a `LocalStore` in a temporary directory); `moto` (the S3
@@ -47,6 +47,14 @@
 //!    claims that collided (PUTs under `messages/`). Afterwards the
 //!    session's `total_message_count` must equal the appends that succeeded,
 //!    every message object must be counted and every id remembered once.
+//! 4. Commit -> searchable: 10 sessions of 10 exchanges each (one
+//!    `messages/batch`), each committed (`POST …/commit`: the archive and
+//!    its episodes; on the local store the episodes are indexed inside the
+//!    commit), and on S3 the indexer's `skald::indexer::apply` over the
+//!    episodes the archive lists, as the `indexer` function runs it on the
+//!    store's notifications (the queue's batching window, up to 5 s
+//!    deployed, is not counted); a keyword `find` for each session's
+//!    distinctive line must then return its episode.
 // A benchmark reports on stdout by design.
 #![allow(clippy::print_stdout)]
 
@@ -81,6 +89,8 @@ struct Args {
     latency: Duration,
     hashed: bool,
     moto: bool,
+    /// Part 4 only (`--commits-only`).
+    commits_only: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -92,15 +102,17 @@ fn parse_args() -> Result<Args, String> {
         latency: Duration::from_millis(20),
         hashed: false,
         moto: true,
+        commits_only: false,
     };
     let mut flags = Flags::from_env(
         "usage: bench_sessions [--hashed] [--rounds R] [--appends N] [--slow-appends N] [--concurrent 32,128] \
-         [--latency-ms L] [--no-moto]",
+         [--latency-ms L] [--no-moto] [--commits-only]",
     );
     while let Some(flag) = flags.next() {
         match flag.as_str() {
             "--hashed" => args.hashed = true,
             "--no-moto" => args.moto = false,
+            "--commits-only" => args.commits_only = true,
             "--rounds" => args.rounds = flags.at_least(&flag, 1)?,
             "--appends" => args.appends = flags.at_least(&flag, 2)?,
             "--slow-appends" => args.slow_appends = flags.at_least(&flag, 2)?,
@@ -834,6 +846,118 @@ fn report_concurrent(results: &[ConcurrentResult]) {
     );
 }
 
+// ---------------------------------------------------------------------------
+// 4. Commit -> searchable.
+
+/// Sessions committed per store in part 4.
+const COMMITS: usize = 10;
+/// Exchanges (a user message and its answer) in each committed session.
+const EXCHANGES: usize = 10;
+
+struct CommitResult {
+    label: String,
+    /// The commit request (archive, episodes; inline indexing locally).
+    commits: Vec<Duration>,
+    /// The indexer's run over the episodes (S3 only: locally the commit
+    /// indexed them).
+    indexing: Vec<Duration>,
+    /// Whether every committed session's first line was found afterwards.
+    found: bool,
+}
+
+/// Commits [`COMMITS`] sessions of [`EXCHANGES`] exchanges each and times
+/// the commit, then (on S3, where the store's notifications bring the
+/// episodes to the `indexer` function) the indexer's `apply` over the
+/// episodes the archive lists; a `find` for each session's distinctive
+/// line must then return its episode.
+async fn measure_commits(target: &Target) -> CommitResult {
+    let identity = identity();
+    let (mut commits, mut indexing, mut found) = (Vec::new(), Vec::new(), true);
+    let inline = target.app.config.memory_index_inline();
+    for c in 0..COMMITS {
+        let id = format!("cm-{}-{}", target.tag, fresh());
+        let marker = format!("zephyr{c}{}", target.tag);
+        let messages: Vec<Value> = (0..EXCHANGES)
+            .flat_map(|e| {
+                let said = if e == 0 {
+                    format!("My {marker} bicycle is parked by the north gate.")
+                } else {
+                    format!("Exchange {e}: planning the week's errands.")
+                };
+                [
+                    json!({"id": format!("u{e}"), "role": "user", "content": said, "created_at": "2026-12-01T09:00:00Z"}),
+                    json!({"id": format!("a{e}"), "role": "assistant", "content": "Noted.", "created_at": "2026-12-01T09:00:05Z"}),
+                ]
+            })
+            .collect();
+        let batch = json!({ "messages": messages });
+        let (_, status, json) =
+            sessions_call(&target.app, "POST", &format!("{SESSIONS_PATH}/{id}/messages/batch"), Some(&batch)).await;
+        if status != 200 {
+            fail("messages/batch", json);
+        }
+        let (time, status, json) =
+            sessions_call(&target.app, "POST", &format!("{SESSIONS_PATH}/{id}/commit"), Some(&json!({}))).await;
+        if status != 200 || json["result"]["archived"] != true {
+            fail("commit", json);
+        }
+        commits.push(time);
+        if !inline {
+            let sessions = Sessions::new(&target.plain, &identity);
+            let list = tree_key(&identity.account, &sessions.archive_uri(&session_id(&id), 1));
+            let listed =
+                target.plain.get(&format!("{list}/.episodes.json")).await.unwrap_or_else(|e| fail("episodes", e));
+            let uris: Vec<String> = serde_json::from_slice(&listed.body).unwrap_or_else(|e| fail("episodes", e));
+            let changes: Vec<skald::indexer::Change> = uris
+                .iter()
+                .filter_map(|u| skald::uri::VikingUri::parse(u).ok())
+                .map(|u| skald::indexer::Change {
+                    key: tree_key(&identity.account, &u),
+                    at: 1_800_000_000,
+                    version: None,
+                })
+                .collect();
+            let started = Instant::now();
+            skald::indexer::apply(&target.app, &changes).await.unwrap_or_else(|e| fail("index the episodes", e));
+            indexing.push(started.elapsed());
+        }
+        let body = json!({"query": format!("{marker} bicycle"), "search_type": "keywords", "limit": 3});
+        let (_, json) = search(&target.app, &body).await;
+        found &= json.to_string().contains(&format!("{id}-001-01.md"));
+    }
+    CommitResult { label: target.label.clone(), commits, indexing, found }
+}
+
+fn report_commits(results: &[CommitResult]) {
+    println!(
+        "\n== commit -> searchable: {COMMITS} sessions of {EXCHANGES} exchanges each (commit, then the indexer on S3), ms"
+    );
+    let table = Table::new("<12 >15 >15 >15 >7");
+    println!("{}", table.header(&["store", "commit p50/p95", "index p50/p95", "total p50/p95", "found"]));
+    for r in results {
+        let total: Vec<Duration> =
+            r.commits.iter().enumerate().map(|(i, c)| *c + r.indexing.get(i).copied().unwrap_or_default()).collect();
+        let index = if r.indexing.is_empty() { "inline".to_owned() } else { p50_p95(&r.indexing) };
+        println!(
+            "{}",
+            table.line(&[
+                &r.label,
+                &p50_p95(&r.commits),
+                &index,
+                &p50_p95(&total),
+                &if r.found { "yes" } else { "NO" }
+            ])
+        );
+    }
+}
+
+/// `app` as deployed on S3: a commit's memories are indexed by the
+/// `indexer` function from the store's notifications, not inline.
+fn on_s3(mut app: App) -> App {
+    app.config.memory.index_inline = Some(false);
+    app
+}
+
 async fn run(args: &Args) {
     let embedder = embedder(args.hashed, "--hashed");
     let queries = retrieval_queries();
@@ -865,7 +989,7 @@ async fn run(args: &Args) {
         targets.push(Target {
             label: "moto".to_owned(),
             tag: "moto",
-            app: Arc::new(dev_app(Arc::clone(&moto.store), Arc::clone(&embedder))),
+            app: Arc::new(on_s3(dev_app(Arc::clone(&moto.store), Arc::clone(&embedder)))),
             plain: Arc::clone(&moto.store),
             log: None,
             latency: Duration::ZERO,
@@ -884,7 +1008,7 @@ async fn run(args: &Args) {
             targets.push(Target {
                 label,
                 tag,
-                app: Arc::new(dev_app(s3_at(proxy, &bucket), Arc::clone(&embedder))),
+                app: Arc::new(on_s3(dev_app(s3_at(proxy, &bucket), Arc::clone(&embedder)))),
                 plain: Arc::clone(&moto.store),
                 log: Some(log),
                 latency,
@@ -892,20 +1016,31 @@ async fn run(args: &Args) {
         }
     }
 
-    let (mut ledgers, mut appends, mut concurrent) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut ledgers, mut appends, mut concurrent, mut commits) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for target in &targets {
         // The counting proxy only serves the concurrency part (the others
         // count their calls with latency).
+        if args.commits_only {
+            if target.tag != "motocount" {
+                commits.push(measure_commits(target).await);
+            }
+            continue;
+        }
         if target.tag != "motocount" {
             let r = measure_ledger(target, &queries, args).await;
             report_ledger(&r, args.rounds, queries.len());
             ledgers.push(r);
             let n = if target.latency.is_zero() { args.appends } else { args.slow_appends };
             appends.push(measure_appends(target, n).await);
+            commits.push(measure_commits(target).await);
         }
         for &n in &args.concurrent {
             concurrent.push(measure_concurrent(target, n).await);
         }
+    }
+    report_commits(&commits);
+    if args.commits_only {
+        return;
     }
     report_appends(&appends);
     report_concurrent(&concurrent);
