@@ -441,6 +441,25 @@ async def tool_call_checks(r: Report, session: ClientSession, timeout: float) ->
 
     await r.run("remember keeps messages that find then returns", remember_then_find)
 
+    async def remember_across_languages() -> tuple[bool, str]:
+        # Said in Chinese, asked in English in a later call: the recall block
+        # holds it (the embedded embedder is multilingual).
+        messages = [
+            {"role": "user", "content": "我的护照放在书房第二个抽屉里的红色文件夹中。"},
+            {"role": "assistant", "content": "记住了：护照在书房第二个抽屉的红色文件夹里。"},
+        ]
+        err, text = await call(session, "remember", {"messages": messages}, timeout)
+        if bad := expect_ok(err, text):
+            return False, bad
+        err, block = await call(session, "recall", {"query": "Where did I put my passport?", "max_tokens": 1600}, timeout)
+        if bad := expect_ok(err, block):
+            return False, bad
+        if "红色文件夹" not in block:
+            return False, f"recall in English does not return what was said in Chinese: {short(block)}"
+        return True, "a fact said in Chinese is recalled by an English question"
+
+    await r.run("remember in one language, recall in another", remember_across_languages)
+
     async def unknown_tool() -> tuple[bool, str]:
         try:
             result = await session.call_tool("no_such_tool", {}, read_timeout_seconds=timeout)

@@ -564,6 +564,31 @@ mod tests {
         assert!(parse_actions("no", &candidates, 2).is_err());
     }
 
+    proptest::proptest! {
+        /// Whatever the model names a memory, and whatever its category,
+        /// the path is one file directly under its category's directory
+        /// of the caller's tree.
+        #[test]
+        fn any_name_is_one_file_under_its_category(name in "\\PC{0,80}", content in "\\PC{1,40}", category in 0usize..4) {
+            let candidate = Candidate {
+                category: Category::ALL[category],
+                name: slug(&name, &content),
+                content,
+                sources: Vec::new(),
+                said_at: String::new(),
+            };
+            let stem = &candidate.name;
+            proptest::prop_assert!(!stem.is_empty() && stem.chars().count() <= MAX_NAME_CHARS);
+            proptest::prop_assert!(stem.chars().all(|c| c.is_alphanumeric() || c == '-'), "{}", stem);
+            let path = memory_path(&candidate, (2026, 12, 4));
+            let root = crate::uri::VikingUri::parse("viking://user/alice").expect("root");
+            let uri = root.join(&path).expect("a valid path");
+            proptest::prop_assert!(uri.as_str().starts_with("viking://user/alice/memories/"), "{}", uri);
+            let depth = path.split('/').count();
+            proptest::prop_assert!(matches!(depth, 2 | 3 | 6), "{}", path);
+        }
+    }
+
     #[test]
     fn a_memory_file_round_trips_its_fields() {
         let fields = Fields {
