@@ -527,7 +527,7 @@ async fn remember(
 /// extraction model (`extraction`, else `llm`) configured.
 #[cfg(feature = "llm")]
 fn extraction_configured(app: &App) -> bool {
-    app.config.memory.extract && (app.config.extraction.is_some() || app.config.llm.is_some() || app.models.any())
+    app.config.memory.extract && app.models.extraction_model().is_some()
 }
 
 /// This build has no model client: commits keep episodes only.
