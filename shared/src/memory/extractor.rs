@@ -164,7 +164,11 @@ async fn call(
 ///
 /// Unknown outcomes: a write whose outcome is unknown fails the call;
 /// running it again merges into what landed (an added statement is never
-/// added twice).
+/// added twice). Writes are compare-and-swap: an update that finds the
+/// memory changed since it was shown merges into the new text instead. A
+/// delete removes the memory only if it still reads as shown; the store
+/// has no conditional delete, so a write landing between that read and
+/// the delete (milliseconds) is removed with it.
 ///
 /// # Errors
 /// [`ExtractError`]; the first call's failure writes nothing.
