@@ -17,8 +17,9 @@ moto 5.2 also answers CompleteMultipartUpload with the root element
 `CompleteMultipartUploadResponse` where S3 sends
 `CompleteMultipartUploadResult` (and the AWS SDKs expect it); the answer
 is renamed on its way out. And moto ignores `If-Match` on
-CompleteMultipartUpload, which S3 honours: the precondition is checked
-here against the object's current ETag first.
+CompleteMultipartUpload and on DeleteObject, which S3 honours: the
+precondition is checked here against the object's current ETag first (a
+conditional delete of a missing object answers 404, as S3 does).
 """
 
 import io
@@ -35,7 +36,10 @@ S3_ROOT = b"CompleteMultipartUploadResult"
 
 def current_etag(app, environ):
     """The ETag (unquoted) of the object a request names, or None."""
-    head = dict(environ, REQUEST_METHOD="HEAD", QUERY_STRING="", CONTENT_LENGTH="0", **{"wsgi.input": io.BytesIO()})
+    # The request's own preconditions are not the HEAD's (moto honours
+    # If-Match on a HEAD, and would answer 412 instead of the ETag).
+    plain = {k: v for k, v in environ.items() if k not in ("HTTP_IF_MATCH", "HTTP_IF_NONE_MATCH")}
+    head = dict(plain, REQUEST_METHOD="HEAD", QUERY_STRING="", CONTENT_LENGTH="0", **{"wsgi.input": io.BytesIO()})
     answer = {}
 
     def held(status, headers, exc_info=None):
@@ -48,11 +52,25 @@ def current_etag(app, environ):
     return next((v.strip('"') for k, v in answer["headers"] if k.lower() == "etag"), None)
 
 
+def refuse(start_response, status, code):
+    body = f"<Error><Code>{code}</Code><Message>If-Match</Message></Error>".encode()
+    start_response(status, [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
+    return [body]
+
+
 def serialized(app):
     lock = threading.Lock()
 
     def handle(environ, start_response):
         completes = environ.get("REQUEST_METHOD") == "POST" and "uploadId=" in environ.get("QUERY_STRING", "")
+        if environ.get("REQUEST_METHOD") == "DELETE" and environ.get("HTTP_IF_MATCH") is not None:
+            with lock:
+                current = current_etag(app, environ)
+                if current is None:
+                    return refuse(start_response, "404 Not Found", "NoSuchKey")
+                if current != environ["HTTP_IF_MATCH"].strip('"'):
+                    return refuse(start_response, "412 Precondition Failed", "PreconditionFailed")
+                return list(app(environ, start_response))
         if not completes:
             with lock:
                 # The whole response is produced under the lock.

@@ -79,4 +79,9 @@ impl Store for CountingStore {
         self.record("DELETE", key);
         self.inner.delete(key).await
     }
+
+    async fn delete_if(&self, key: &str, etag: &str) -> Result<(), StoreError> {
+        self.record("DELETE", key);
+        self.inner.delete_if(key, etag).await
+    }
 }

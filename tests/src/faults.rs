@@ -409,4 +409,18 @@ impl Store for FaultyStore {
             Some(fault) => Err(Self::failure("delete", key, &fault)),
         }
     }
+
+    async fn delete_if(&self, key: &str, etag: &str) -> Result<(), StoreError> {
+        let fault = self.decide(Op::Delete, key);
+        delay(&fault).await;
+        match fault {
+            None | Some(Fault::Latency(_) | Fault::Wait(_)) => self.inner.delete_if(key, etag).await,
+            // The delete lands, and the answer is lost.
+            Some(Fault::LandThenTimeout) => {
+                self.inner.delete_if(key, etag).await?;
+                Err(Self::failure("delete", key, &Fault::LandThenTimeout))
+            }
+            Some(fault) => Err(Self::failure("delete", key, &fault)),
+        }
+    }
 }

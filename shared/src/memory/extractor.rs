@@ -160,15 +160,14 @@ async fn call(
 /// and one index search per candidate, a GET per existing memory shown
 /// (at most [`MAX_SHOWN`]); a GET of the archive's claim; one PUT per
 /// memory written (a GET and a PUT more per compare-and-swap retry), a
-/// GET and a DELETE per memory removed.
+/// conditional DELETE per memory removed.
 ///
 /// Unknown outcomes: a write whose outcome is unknown fails the call;
 /// running it again merges into what landed (an added statement is never
 /// added twice). Writes are compare-and-swap: an update that finds the
-/// memory changed since it was shown merges into the new text instead. A
-/// delete removes the memory only if it still reads as shown; the store
-/// has no conditional delete, so a write landing between that read and
-/// the delete (milliseconds) is removed with it.
+/// memory changed since it was shown merges into the new text instead,
+/// and a delete is conditional on the version shown, so what another
+/// writer changed meanwhile is kept.
 ///
 /// # Errors
 /// [`ExtractError`]; the first call's failure writes nothing.
@@ -252,14 +251,14 @@ pub async fn extract(
             }
             Action::Delete { target } => {
                 let Some(old) = existing.get(target) else { continue };
-                match app.store.get(&old.key).await {
-                    Ok(current) if current.meta.etag == old.etag => {
-                        app.store.delete(&old.key).await?;
+                match app.store.delete_if(&old.key, &old.etag).await {
+                    Ok(()) => {
                         done.deleted += 1;
                         done.removed.push(old.uri.clone());
                     }
-                    Ok(_) => done.notes.push(format!("{} changed meanwhile; not removed", old.uri)),
-                    Err(StoreError::NotFound(_)) => {}
+                    Err(StoreError::Conflict(_)) => {
+                        done.notes.push(format!("{} changed meanwhile; not removed", old.uri));
+                    }
                     Err(e) => return Err(e.into()),
                 }
             }

@@ -332,4 +332,25 @@ impl Store for LocalStore {
         })
         .await
     }
+
+    async fn delete_if(&self, key: &str, etag: &str) -> Result<(), StoreError> {
+        let path = self.path_of(key)?;
+        let root = self.root.clone();
+        let (owned, etag) = (key.to_owned(), etag.to_owned());
+        Self::blocking("delete", key, move || {
+            let _lock = lock_key(&root, &owned)?;
+            match read_file("delete", &owned, &path) {
+                Ok(current) if content_etag(&current) == etag => {}
+                Ok(_) => return Err(StoreError::Conflict(owned)),
+                Err(StoreError::NotFound(_)) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+            match fs::remove_file(&path) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(backend("delete", &owned, &e)),
+            }
+        })
+        .await
+    }
 }

@@ -181,6 +181,19 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// `Backend` on failure.
     async fn delete(&self, key: &str) -> Result<(), StoreError>;
+
+    /// Removes the object under `key` only while its etag is `etag` (S3's
+    /// conditional delete, `If-Match`): a compare-and-swap delete, so a
+    /// write that landed since the caller read the object is never
+    /// removed. A missing object succeeds (it is gone either way).
+    ///
+    /// Unknown outcomes: the caller reads the key again; gone means the
+    /// delete landed (or another one did).
+    ///
+    /// # Errors
+    /// [`StoreError::Conflict`] when the object holds another version;
+    /// `Backend` on failure.
+    async fn delete_if(&self, key: &str, etag: &str) -> Result<(), StoreError>;
 }
 
 /// `files` and `dirs` (both under `prefix`, each sorted) cut to the first

@@ -404,4 +404,18 @@ impl Store for S3Store {
             Err(e) => Err(backend("delete", key, &e)),
         }
     }
+
+    async fn delete_if(&self, key: &str, etag: &str) -> Result<(), StoreError> {
+        validate_key(key)?;
+        let sent = self.client.delete_object().bucket(&self.bucket).key(self.full_key(key)).if_match(etag).send().await;
+        match sent {
+            Ok(_) => Ok(()),
+            // Already gone: what the delete wanted.
+            Err(e) if e.code() == Some("NoSuchKey") || http_status(&e) == Some(404) => Ok(()),
+            Err(e) if http_status(&e) == Some(412) || e.code() == Some("PreconditionFailed") => {
+                Err(StoreError::Conflict(key.to_owned()))
+            }
+            Err(e) => Err(backend("delete", key, &e)),
+        }
+    }
 }

@@ -29,6 +29,7 @@ skald_tests::on_both_stores!(worker_threads = 2;
     list_dir_of_nothing_or_a_file_is_empty(borrowed),
     list_dir_tells_common_name_prefixes_apart(borrowed),
     a_body_written_in_parts_reads_back_whole(borrowed),
+    a_conditional_delete_removes_only_the_version_it_names(borrowed),
 );
 
 /// Puts `text` under `key`.
@@ -399,4 +400,20 @@ async fn a_body_written_in_parts_reads_back_whole(store: &dyn Store) {
     let empty = store.put_parts("empty.seg", &mut std::iter::empty(), PutMode::CreateNew).await.expect("no part");
     assert_eq!(empty.size, 0);
     assert_eq!(text_of(store, "empty.seg").await, "");
+}
+
+/// A conditional delete removes the object only while it holds the version
+/// the caller read: a write that landed since is kept; a missing object is
+/// already what the delete wanted.
+async fn a_conditional_delete_removes_only_the_version_it_names(store: &dyn Store) {
+    let key = "accounts/a/tree/user/u/memories/preferences/sushi.md";
+    let first = put(store, key, "The user loves sushi.", PutMode::CreateNew).await.expect("put");
+    let second = put(store, key, "The user loves sushi, and ramen.", PutMode::IfMatch(first.etag.clone()))
+        .await
+        .expect("another writer's update");
+    assert_conflict(&store.delete_if(key, &first.etag).await, key);
+    assert_eq!(text_of(store, key).await, "The user loves sushi, and ramen.", "the newer write is kept");
+    store.delete_if(key, &second.etag).await.expect("the version read is removed");
+    assert_not_found(&store.get(key).await, key);
+    store.delete_if(key, &second.etag).await.expect("gone already: nothing to do");
 }
