@@ -127,14 +127,29 @@ pub fn parse_key(key: &str) -> Option<(crate::identity::AccountId, crate::identi
 }
 
 /// Writes `task` for its owner `identity` (overwriting: the last state
-/// wins). Cost: one PUT. Unknown outcomes: writing it again is harmless.
+/// wins). Cost: one PUT (up to four when the store fails). Unknown
+/// outcomes: the write is sent again, which is harmless.
 ///
 /// # Errors
 /// Store errors.
 pub async fn put(store: &SharedStore, identity: &Identity, task: &Task) -> Result<(), StoreError> {
     let body = encode(identity, task)?;
-    store.put(&key(identity, &task.task_id), body, PutMode::Overwrite).await.map(|_| ())
+    let mut last = None;
+    // An overwrite is repeatable: a write that failed, or whose outcome is
+    // unknown, is sent again (a task left at an earlier state would say
+    // what is no longer true).
+    for _ in 0..PUT_ATTEMPTS {
+        match store.put(&key(identity, &task.task_id), body.clone(), PutMode::Overwrite).await {
+            Ok(_) => return Ok(()),
+            Err(e @ StoreError::Backend { .. }) => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| StoreError::Conflict(key(identity, &task.task_id))))
 }
+
+/// Attempts [`put`] makes.
+const PUT_ATTEMPTS: usize = 4;
 
 /// `identity`'s task `task_id` (`None`: no such task of theirs, or an id
 /// that is not one). Cost: one GET.
