@@ -62,6 +62,46 @@ const CONTEXT_ONLY: &[&str] = &[
 
 /// Every tool, in listing order (built on first use).
 #[must_use]
+/// The tools this server serves: each has one entry in [`list`] and one
+/// arm in [`call`]'s exhaustive match, so a tool cannot be listed and then
+/// answered by another's handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ToolName {
+    Find,
+    Search,
+    Recall,
+    Bootstrap,
+    Read,
+    List,
+    Health,
+    Remember,
+}
+
+impl ToolName {
+    /// Every tool, in the order [`list`] gives them.
+    const ALL: [Self; 8] =
+        [Self::Find, Self::Search, Self::Recall, Self::Bootstrap, Self::Read, Self::List, Self::Health, Self::Remember];
+
+    /// The name hosts call it by.
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Find => "find",
+            Self::Search => "search",
+            Self::Recall => "recall",
+            Self::Bootstrap => "bootstrap",
+            Self::Read => "read",
+            Self::List => "list",
+            Self::Health => "health",
+            Self::Remember => "remember",
+        }
+    }
+
+    /// The tool `name` names, if any.
+    fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.as_str() == name)
+    }
+}
+
 pub fn list() -> &'static [Tool] {
     static TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(build);
     &TOOLS
@@ -393,7 +433,7 @@ pub(crate) async fn call(
     name: &str,
     arguments: Option<JsonObject>,
 ) -> Result<CallToolResult, ErrorData> {
-    let Some(tool) = list().iter().find(|t| t.name == name) else {
+    let (Some(tool), Some(which)) = (list().iter().find(|t| t.name == name), ToolName::parse(name)) else {
         let names: Vec<&str> = list().iter().map(|t| t.name.as_ref()).collect();
         return Err(ErrorData::invalid_params(format!("Unknown tool: {name}"), Some(json!({ "tools": names }))));
     };
@@ -401,15 +441,15 @@ pub(crate) async fn call(
     // Boxed: the REST handlers' futures are large.
     let run = Box::pin(async {
         let args = Args::parse(arguments, &tool.input_schema)?;
-        match name {
-            "find" => find(&ctx, args).await,
-            "search" => search(&ctx, &tool.input_schema, args).await,
-            "recall" => recall(&ctx, args).await,
-            "bootstrap" => bootstrap(&ctx, args).await,
-            "read" => read(&ctx, args).await,
-            "list" => list_dir(&ctx, args).await,
-            "remember" => remember(&ctx, args).await,
-            _ => health(&ctx).await,
+        match which {
+            ToolName::Find => find(&ctx, args).await,
+            ToolName::Search => search(&ctx, &tool.input_schema, args).await,
+            ToolName::Recall => recall(&ctx, args).await,
+            ToolName::Bootstrap => bootstrap(&ctx, args).await,
+            ToolName::Read => read(&ctx, args).await,
+            ToolName::List => list_dir(&ctx, args).await,
+            ToolName::Remember => remember(&ctx, args).await,
+            ToolName::Health => health(&ctx).await,
         }
     });
     let outcome = match deadline {
@@ -672,4 +712,20 @@ async fn remember(ctx: &Ctx<'_>, mut args: Args) -> Result<String, String> {
         "Stored {} message(s) in session {session} and committed for memory extraction (task {task}). {kept}",
         messages.len()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_tool_has_its_own_handler_and_every_handler_is_listed() {
+        let listed: Vec<&str> = list().iter().map(|t| t.name.as_ref()).collect();
+        let handled: Vec<&str> = ToolName::ALL.iter().map(|t| t.as_str()).collect();
+        assert_eq!(listed, handled, "list() and the handlers name the same tools, in order");
+        for name in listed {
+            assert_eq!(ToolName::parse(name).map(ToolName::as_str), Some(name));
+        }
+        assert_eq!(ToolName::parse("forget"), None);
+    }
 }
