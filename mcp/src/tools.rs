@@ -60,8 +60,6 @@ const CONTEXT_ONLY: &[&str] = &[
     "rewrite_max_bullets",
 ];
 
-/// Every tool, in listing order (built on first use).
-#[must_use]
 /// The tools this server serves: each has one entry in [`list`] and one
 /// arm in [`call`]'s exhaustive match, so a tool cannot be listed and then
 /// answered by another's handler.
@@ -102,6 +100,8 @@ impl ToolName {
     }
 }
 
+/// Every tool, in listing order (built on first use).
+#[must_use]
 pub fn list() -> &'static [Tool] {
     static TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(build);
     &TOOLS
