@@ -384,6 +384,33 @@ pub struct Fields {
     pub written_by: String,
 }
 
+/// What the fields block says wrote a memory.
+pub const WRITTEN_BY: &str = "skald-extractor";
+
+impl Fields {
+    /// The fields of a memory written now (`stamp`, RFC 3339) from
+    /// `source`.
+    #[must_use]
+    pub fn new(category: Option<Category>, source: &Source, stamp: &str) -> Self {
+        Self {
+            category,
+            sources: vec![source.clone()],
+            updated_at: stamp.to_owned(),
+            written_by: WRITTEN_BY.to_owned(),
+        }
+    }
+
+    /// These fields once the memory changes again now (`stamp`) from
+    /// `source` (added to the sources unless already there).
+    pub fn touch(&mut self, source: &Source, stamp: &str) {
+        if !self.sources.contains(source) {
+            self.sources.push(source.clone());
+        }
+        stamp.clone_into(&mut self.updated_at);
+        WRITTEN_BY.clone_into(&mut self.written_by);
+    }
+}
+
 /// A memory file's text split into what it says and its fields (default
 /// fields when it has no block, or one that does not decode).
 #[must_use]

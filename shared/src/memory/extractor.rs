@@ -27,7 +27,6 @@ use super::tasks::{self, Task, TaskStatus};
 use crate::app::App;
 use crate::deadline::Deadline;
 use crate::identity::Identity;
-use crate::indexer::Change;
 use crate::llm::{ChatModel, ChatRequest};
 use crate::sessions::{SessionError, SessionId, Sessions, StoredMessage};
 use crate::store::{PutMode, StoreError};
@@ -49,8 +48,6 @@ pub const MAX_SHOWN: usize = 24;
 const NEIGHBOURS: usize = 3;
 /// Compare-and-swap attempts on one memory.
 const CAS_ATTEMPTS: usize = 6;
-/// What the fields block says wrote a memory.
-pub const WRITTEN_BY: &str = "skald-extractor";
 
 /// Why an extraction did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -343,12 +340,7 @@ async fn add(
     stamp: &str,
 ) -> Result<(), ExtractError> {
     let key = tree_key(&identity.account, uri);
-    let fields = Fields {
-        category: Some(candidate.category),
-        sources: vec![source.clone()],
-        updated_at: stamp.to_owned(),
-        written_by: WRITTEN_BY.to_owned(),
-    };
+    let fields = Fields::new(Some(candidate.category), source, stamp);
     let title = match candidate.category {
         Category::Profile => "Profile".to_owned(),
         _ => title_of(&candidate.name),
@@ -370,9 +362,7 @@ async fn update(app: &App, old: &Existing, content: &str, source: &Source, stamp
     let title = heading.as_deref().map_or_else(|| title_of(name), |h| h[2..].trim().to_owned());
     let mut fields = old.fields.clone();
     fields.category = fields.category.or(old.shown.category);
-    fields.sources.push(source.clone());
-    fields.updated_at = stamp.to_owned();
-    fields.written_by = WRITTEN_BY.to_owned();
+    fields.touch(source, stamp);
     let body = render_memory(&title, content, &fields);
     match app.store.put(&old.key, body.into(), PutMode::IfMatch(old.etag.clone())).await {
         Ok(_) => Ok(()),
@@ -400,21 +390,11 @@ async fn merge(
                 let text = String::from_utf8_lossy(&current.body).into_owned();
                 let (said, mut fields) = split_memory(&text);
                 let merged = append_statement(said, statement);
-                if !fields.sources.contains(source) {
-                    fields.sources.push(source.clone());
-                }
-                fields.updated_at = stamp.to_owned();
-                fields.written_by = WRITTEN_BY.to_owned();
+                fields.touch(source, stamp);
                 (render_memory(&title, &merged, &fields), PutMode::IfMatch(current.meta.etag))
             }
             Err(StoreError::NotFound(_)) => {
-                let fields = Fields {
-                    sources: vec![source.clone()],
-                    updated_at: stamp.to_owned(),
-                    written_by: WRITTEN_BY.to_owned(),
-                    ..Fields::default()
-                };
-                (render_memory(&title, statement, &fields), PutMode::CreateNew)
+                (render_memory(&title, statement, &Fields::new(None, source, stamp)), PutMode::CreateNew)
             }
             Err(e) => return Err(e.into()),
         };
@@ -549,14 +529,9 @@ async fn run_claimed(
     let messages = Sessions::new(&app.store, identity).archived_messages(&session, archive).await?;
     let messages = messages.ok_or(ExtractError::Gone)?;
     let done = extract(app, identity, &session, archive, &messages, model.as_ref(), deadline, now).await?;
-    if app.config.memory_index_inline() && !(done.written.is_empty() && done.removed.is_empty()) {
-        let changes: Vec<Change> = done
-            .written
-            .iter()
-            .chain(&done.removed)
-            .map(|uri| Change { key: tree_key(&identity.account, uri), at: now.unix_timestamp(), version: None })
-            .collect();
-        crate::indexer::apply(app, &changes).await.map_err(|e| ExtractError::Index(e.to_string()))?;
+    if app.config.memory_index_inline() {
+        let changed: Vec<VikingUri> = done.written.iter().chain(&done.removed).cloned().collect();
+        super::index_now(app, identity, &changed, now.unix_timestamp()).await.map_err(ExtractError::Index)?;
     }
     Ok(done)
 }

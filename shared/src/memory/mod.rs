@@ -194,14 +194,29 @@ pub async fn remember_archive(
     }
     let options = app.config.memory.episode_options();
     let (events, stale) = write_episodes(&app.store, identity, session, archive, messages, now, &options).await?;
-    if app.config.memory_index_inline() && !(events.is_empty() && stale.is_empty()) {
+    if app.config.memory_index_inline() {
         // The stale ones are gone from the store: the indexer removes them.
-        let changes: Vec<Change> = events
-            .iter()
-            .chain(&stale)
-            .map(|uri| Change { key: tree_key(&identity.account, uri), at: now.unix_timestamp(), version: None })
-            .collect();
-        crate::indexer::apply(app, &changes).await.map_err(|e| MemoryError::Index(e.to_string()))?;
+        let changed: Vec<VikingUri> = events.iter().chain(&stale).cloned().collect();
+        index_now(app, identity, &changed, now.unix_timestamp()).await.map_err(MemoryError::Index)?;
     }
     Ok(events)
+}
+
+/// Brings the index in step with `uris` of `identity`'s tree, written or
+/// removed at `at` (Unix seconds), through the indexer's own
+/// [`crate::indexer::apply`], as the store's notifications of them would:
+/// what a store that sends none needs. Nothing to do for no URIs.
+///
+/// Cost: [`crate::indexer::apply`] over them (an embedding per changed
+/// file, one index commit).
+///
+/// # Errors
+/// The indexer's error, as text.
+pub async fn index_now(app: &App, identity: &Identity, uris: &[VikingUri], at: i64) -> Result<(), String> {
+    if uris.is_empty() {
+        return Ok(());
+    }
+    let changes: Vec<Change> =
+        uris.iter().map(|uri| Change { key: tree_key(&identity.account, uri), at, version: None }).collect();
+    crate::indexer::apply(app, &changes).await.map(|_| ()).map_err(|e| e.to_string())
 }
