@@ -120,20 +120,22 @@ pub async fn notify(app: &App, keys: &[String], now: i64) -> Notified {
 #[cfg(feature = "llm")]
 async fn run_tasks(app: &App, keys: &[&String], done: &mut Notified) {
     for key in keys {
-        let Some((account, user, task_id)) = crate::memory::tasks::parse_key(key) else { continue };
-        let identity = crate::identity::Identity { account, user, actor_peer: None };
         let deadline = crate::deadline::Deadline {
-            at: std::time::Instant::now() + std::time::Duration::from_secs(120),
+            at: std::time::Instant::now() + TASK_TIME,
             source: crate::deadline::DeadlineSource::Gateway,
         };
-        let now = time::OffsetDateTime::now_utc();
-        match crate::memory::extractor::run_task(app, &identity, &task_id, &deadline, now).await {
+        match crate::memory::extractor::run_task_at(app, key, &deadline).await {
             Ok(Some(run)) if run.ran => done.tasks_run += 1,
             Ok(_) => {}
             Err(e) => done.errors.push(format!("task {key}: {e}")),
         }
     }
 }
+
+/// The time one task run gets (as an invocation of the `extractor`
+/// function without a deadline of its own).
+#[cfg(feature = "llm")]
+const TASK_TIME: std::time::Duration = std::time::Duration::from_secs(120);
 
 #[cfg(not(feature = "llm"))]
 async fn run_tasks(_app: &App, _keys: &[&String], _done: &mut Notified) {}

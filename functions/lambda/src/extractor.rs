@@ -24,7 +24,6 @@ use serde_json::{Value, json};
 use skald::app::App;
 use skald::config::Config;
 use skald::deadline::{Deadline, DeadlineSource};
-use skald::identity::Identity;
 use skald::memory::tasks::{TaskStatus, parse_key};
 
 use crate::s3_events::{Payload, read_payload};
@@ -64,10 +63,7 @@ async fn run_tasks(app: &App, keys: Vec<String>, deadline: &Deadline) -> (Totals
     }
     let runs = futures_util::stream::iter(unique)
         .map(|key| async move {
-            let Some((account, user, task_id)) = parse_key(&key) else { return (key, Ok(None)) };
-            let identity = Identity { account, user, actor_peer: None };
-            let now = time::OffsetDateTime::now_utc();
-            let ran = skald::memory::extractor::run_task(app, &identity, &task_id, deadline, now).await;
+            let ran = skald::memory::extractor::run_task_at(app, &key, deadline).await;
             (key, ran.map(|run| run.filter(|r| r.ran).map(|r| r.task.status)))
         })
         .buffer_unordered(TASK_CONCURRENCY)

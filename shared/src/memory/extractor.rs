@@ -506,6 +506,19 @@ pub async fn run_task(
     Ok(Some(TaskRun { task, ran: true }))
 }
 
+/// Runs the task a store key names (`accounts/{account}/tasks/{user}/
+/// {task_id}.task.json`, as its notification gives it) for that account
+/// and user, with [`run_task`]; `None` for a key that is not a task's, or
+/// a task that is not there.
+///
+/// # Errors
+/// As [`run_task`].
+pub async fn run_task_at(app: &App, key: &str, deadline: &Deadline) -> Result<Option<TaskRun>, StoreError> {
+    let Some((account, user, task_id)) = tasks::parse_key(key) else { return Ok(None) };
+    let identity = Identity { account, user, actor_peer: None };
+    run_task(app, &identity, &task_id, deadline, OffsetDateTime::now_utc()).await
+}
+
 /// The work of a claimed task: its archive's messages, the extraction, the
 /// inline indexing.
 async fn run_claimed(
