@@ -1302,6 +1302,27 @@ fn encode<T: Serialize>(value: &T) -> Result<Bytes, SessionError> {
     serde_json::to_vec(value).map(Bytes::from).map_err(|e| SessionError::Corrupt(e.to_string()))
 }
 
+/// A message as a client sends it, for the tests of the modules that read
+/// messages: `text` said by `role` at `at` (RFC 3339, or `""`).
+#[cfg(test)]
+impl StoredMessage {
+    pub(crate) fn said(id: &str, role: &str, text: &str, at: &str) -> Self {
+        Self {
+            id: id.into(),
+            role: role.into(),
+            content: Some(text.into()),
+            parts: None,
+            created_at: at.into(),
+            turn_id: None,
+            message_kind: None,
+            peer_id: None,
+            source_message_ids: None,
+            seq: 0,
+            claim: None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,14 +15,12 @@
 //! goes to the dead-letter queue. A model failure is not such a failure:
 //! the task records it and is done (its episodes stand).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt as _;
-use lambda_http::{Error, LambdaEvent, service_fn};
+use lambda_http::{Error, LambdaEvent};
 use serde_json::{Value, json};
 use skald::app::App;
-use skald::config::Config;
 use skald::deadline::{Deadline, DeadlineSource};
 use skald::memory::tasks::{TaskStatus, parse_key};
 
@@ -160,12 +158,5 @@ fn invocation_deadline(deadline_ms: u64) -> Deadline {
 /// # Errors
 /// An init error (bad configuration, unreachable store) or a runtime error.
 pub async fn run() -> Result<(), Error> {
-    crate::init_tracing();
-    let config = Config::from_env()?;
-    let app = Arc::new(App::new(config).await?);
-    let app = &app;
-    lambda_http::lambda_runtime::run(service_fn(
-        move |event: LambdaEvent<Value>| async move { handle(app, event).await },
-    ))
-    .await
+    crate::s3_events::run_events(|app, event| async move { handle(&app, event).await }).await
 }

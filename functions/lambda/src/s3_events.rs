@@ -229,13 +229,27 @@ pub async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error
 /// # Errors
 /// An init error (bad configuration, unreachable store) or a runtime error.
 pub async fn run() -> Result<(), Error> {
+    run_events(|app, event| async move { handle(&app, event).await }).await
+}
+
+/// The event functions' runtime loop (the indexer's, the extractor's):
+/// builds the [`App`] from the environment, then hands every invocation's
+/// payload to `handler` until the runtime stops.
+///
+/// # Errors
+/// An init error (bad configuration, unreachable store) or a runtime error.
+pub async fn run_events<F, Fut>(handler: F) -> Result<(), Error>
+where
+    F: Fn(Arc<App>, LambdaEvent<Value>) -> Fut + Send + Sync,
+    Fut: std::future::Future<Output = Result<Value, Error>> + Send,
+{
     crate::init_tracing();
     let config = Config::from_env()?;
     let app = Arc::new(App::new(config).await?);
-    let app = &app;
-    lambda_http::lambda_runtime::run(service_fn(
-        move |event: LambdaEvent<Value>| async move { handle(app, event).await },
-    ))
+    let (app, handler) = (&app, &handler);
+    lambda_http::lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
+        handler(Arc::clone(app), event).await
+    }))
     .await
 }
 

@@ -96,19 +96,7 @@ mod tests {
     use super::*;
 
     fn message(role: &str, text: &str) -> StoredMessage {
-        StoredMessage {
-            id: String::new(),
-            role: role.into(),
-            content: Some(text.into()),
-            parts: None,
-            created_at: String::new(),
-            turn_id: None,
-            message_kind: None,
-            peer_id: None,
-            source_message_ids: None,
-            seq: 0,
-            claim: None,
-        }
+        StoredMessage::said("", role, text, "")
     }
 
     #[test]

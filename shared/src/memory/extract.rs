@@ -461,19 +461,7 @@ mod tests {
     use super::*;
 
     fn message(id: &str, role: &str, text: &str, at: &str) -> StoredMessage {
-        StoredMessage {
-            id: id.into(),
-            role: role.into(),
-            content: Some(text.into()),
-            parts: None,
-            created_at: at.into(),
-            turn_id: None,
-            message_kind: None,
-            peer_id: None,
-            source_message_ids: None,
-            seq: 0,
-            claim: None,
-        }
+        StoredMessage::said(id, role, text, at)
     }
 
     fn candidate(category: Category, name: &str, content: &str) -> Candidate {
