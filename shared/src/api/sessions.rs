@@ -477,6 +477,12 @@ async fn commit(
                     record_task(app, admitted, sessions, id, plan.range.index, events, None, extract, at).await;
                 if extract && app.config.memory_index_inline() {
                     task = extract_inline(app, admitted, task).await;
+                    // No event runs again a task that store failures left
+                    // pending on a local store: the next commit does.
+                    if plan.range.index > 1 {
+                        let before = crate::memory::tasks::commit_task_id(&admitted.identity, id, plan.range.index - 1);
+                        catch_up(app, admitted, &before).await;
+                    }
                 }
                 return Ok(json!({
                     "session_id": id.as_str(),
@@ -566,6 +572,22 @@ async fn extract_inline(app: &App, admitted: &Admitted<'_>, task: Task) -> Task 
 async fn extract_inline(_app: &App, _admitted: &Admitted<'_>, task: Task) -> Task {
     task
 }
+
+/// Runs the earlier task `task_id` when it still waits (`pending`, or
+/// `running` and stale): what an inline commit's store failures left
+/// behind. A task that is done, or missing, costs one GET.
+#[cfg(feature = "llm")]
+async fn catch_up(app: &App, admitted: &Admitted<'_>, task_id: &str) {
+    let now = time::OffsetDateTime::now_utc();
+    match crate::memory::extractor::run_task(app, &admitted.identity, task_id, &admitted.deadline, now).await {
+        Ok(Some(run)) if run.ran => tracing::info!(task = task_id, "an earlier commit's extraction caught up"),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(task = task_id, error = %e, "an earlier commit's extraction still waits"),
+    }
+}
+
+#[cfg(not(feature = "llm"))]
+async fn catch_up(_app: &App, _admitted: &Admitted<'_>, _task_id: &str) {}
 
 /// Records the commit's task: completed with the `events` it made,
 /// failed with `error`, or (`pending`) waiting for model extraction. A

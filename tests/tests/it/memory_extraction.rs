@@ -429,3 +429,48 @@ async fn the_extractor_function_runs_a_commits_task_from_its_notification() {
     assert_eq!((answer["skipped"].as_u64(), answer["completed"].as_u64()), (Some(1), Some(0)), "{answer}");
     assert_eq!(server.requests().len(), calls);
 }
+
+/// A local store sends no events: an extraction that store failures left
+/// `pending` through the commit's inline attempts is run by the session's
+/// next commit.
+#[tokio::test]
+async fn the_next_commit_runs_an_extraction_store_failures_left_pending() {
+    use skald_tests::faults::{Fault, FaultyStore, Op, Rule};
+    let server = ModelServer::start().await;
+    server.on("Vespa", extraction(&json!([{"category": "entities", "name": "scooter", "content": "The user rides a red Vespa.", "sources": [1]}])));
+    server.on("Kyoto", extraction(&json!([{"category": "entities", "name": "trip", "content": "The user visits Kyoto in May.", "sources": [1]}])));
+    server.on(RECONCILE_MARKER, ModelReply::Echo);
+    let (store, _dir) = local_store();
+    let faulty = Arc::new(FaultyStore::new(store.clone(), vec![]));
+    let shared: SharedStore = faulty.clone();
+    let config = Config {
+        identity: IdentityConfig { mode: IdentityMode::Dev, ..IdentityConfig::default() },
+        extraction: Some(server.openai_model("extractor")),
+        ..Config::default()
+    };
+    let embedder: Arc<dyn Embedder> = Arc::new(HashedEmbedder::new(EMBED_DIMENSION));
+    let app = Arc::new(App::with_parts(config, shared, embedder));
+
+    // Every write of an extracted memory fails during the first commit.
+    faulty.push(Rule::every(Op::Put, "memories/entities/", Fault::FailBeforeLanding));
+    let first =
+        said_and_committed(&app, "c1", vec![say("v1", "user", "I ride a red Vespa.", "2026-05-01T09:00:00Z")]).await;
+    let first_task = ok(&first)["task_id"].as_str().expect("task").to_owned();
+    let task =
+        ok(&call(&app, Handler::Sessions, "GET", &format!("/api/v1/tasks/{first_task}"), &[], None).await).clone();
+    assert_eq!(task["status"], "pending", "a store failure leaves the task waiting, not failed: {task}");
+    faulty.clear();
+
+    let batch = json!({ "messages": [say("k1", "user", "We visit Kyoto in May.", "2026-05-02T09:00:00Z")] });
+    ok(&sessions_post(&app, &format!("{SESSIONS_PATH}/c1/messages/batch"), &batch).await);
+    ok(&sessions_post(&app, &format!("{SESSIONS_PATH}/c1/commit"), &json!({})).await);
+    let task =
+        ok(&call(&app, Handler::Sessions, "GET", &format!("/api/v1/tasks/{first_task}"), &[], None).await).clone();
+    assert_eq!(task["status"], "completed", "{task}");
+    assert!(
+        text_of(&store, &format!("{USER_TREE}memories/entities/scooter.md")).await.is_some_and(|t| t.contains("Vespa"))
+    );
+    assert!(
+        text_of(&store, &format!("{USER_TREE}memories/entities/trip.md")).await.is_some_and(|t| t.contains("Kyoto"))
+    );
+}
