@@ -816,31 +816,15 @@ async fn a_file_written_into_a_local_store_is_found_after_a_poll() {
     assert_eq!(keys, ["accounts/default/tree/resources/notes/kafka.md"]);
     let done = skald::watch::notify(&app, &keys, 1_800_000_000).await;
     assert_eq!((done.index.indexed, done.errors.len()), (1, 0), "{done:?}");
-    let find = json!({"query": "kafka consumer lag", "limit": 3});
-    let found = skald_tests::fixture::call(
-        &app,
-        skald_tests::fixture::Handler::Find,
-        "POST",
-        "/api/v1/search/find",
-        &[],
-        Some(&find),
-    )
-    .await;
-    assert!(found.text.contains("viking://resources/notes/kafka.md"), "{}", found.text);
+    let query = json!({"query": "kafka consumer lag", "limit": 3});
+    let (status, found) = find(&app, &query).await;
+    assert!(status == 200 && found.to_string().contains("viking://resources/notes/kafka.md"), "{found}");
 
     std::fs::remove_file(&file).expect("rm");
     let gone = skald::watch::scan(&root);
     let keys = skald::watch::changed(&after, &gone);
     let done = skald::watch::notify(&app, &keys, 1_800_000_001).await;
     assert_eq!(done.index.removed, 1, "{done:?}");
-    let found = skald_tests::fixture::call(
-        &app,
-        skald_tests::fixture::Handler::Find,
-        "POST",
-        "/api/v1/search/find",
-        &[],
-        Some(&find),
-    )
-    .await;
-    assert!(!found.text.contains("notes/kafka.md"), "{}", found.text);
+    let (status, found) = find(&app, &query).await;
+    assert!(status == 200 && !found.to_string().contains("notes/kafka.md"), "{found}");
 }

@@ -26,9 +26,15 @@ use skald_tests::model_server::{EXTRACT_MARKER, ModelServer, RECONCILE_MARKER, R
 const USER_TREE: &str = "accounts/default/tree/user/default/";
 
 fn app_with_model(store: SharedStore, server: &ModelServer) -> Arc<App> {
+    app_with_memory(store, server, skald::config::MemoryConfig::default())
+}
+
+/// A dev-mode app over `store` extracting with `server`, with `memory`.
+fn app_with_memory(store: SharedStore, server: &ModelServer, memory: skald::config::MemoryConfig) -> Arc<App> {
     let config = Config {
         identity: IdentityConfig { mode: IdentityMode::Dev, ..IdentityConfig::default() },
         extraction: Some(server.openai_model("extractor")),
+        memory,
         ..Config::default()
     };
     let embedder: Arc<dyn Embedder> = Arc::new(HashedEmbedder::new(EMBED_DIMENSION));
@@ -368,14 +374,8 @@ async fn the_extractor_function_runs_a_commits_task_from_its_notification() {
     let (store, _dir) = local_store();
     let faulty = Arc::new(FaultyStore::new(store.clone(), vec![]));
     let shared: SharedStore = faulty.clone();
-    let config = Config {
-        identity: IdentityConfig { mode: IdentityMode::Dev, ..IdentityConfig::default() },
-        extraction: Some(server.openai_model("extractor")),
-        memory: skald::config::MemoryConfig { index_inline: Some(false), ..skald::config::MemoryConfig::default() },
-        ..Config::default()
-    };
-    let embedder: Arc<dyn Embedder> = Arc::new(HashedEmbedder::new(EMBED_DIMENSION));
-    let app = Arc::new(App::with_parts(config, shared, embedder));
+    let memory = skald::config::MemoryConfig { index_inline: Some(false), ..skald::config::MemoryConfig::default() };
+    let app = app_with_memory(shared, &server, memory);
     let committed =
         said_and_committed(&app, "e1", vec![say("z1", "user", "My bike is a green Brompton.", "2026-04-01T12:00:00Z")])
             .await;
@@ -443,13 +443,7 @@ async fn the_next_commit_runs_an_extraction_store_failures_left_pending() {
     let (store, _dir) = local_store();
     let faulty = Arc::new(FaultyStore::new(store.clone(), vec![]));
     let shared: SharedStore = faulty.clone();
-    let config = Config {
-        identity: IdentityConfig { mode: IdentityMode::Dev, ..IdentityConfig::default() },
-        extraction: Some(server.openai_model("extractor")),
-        ..Config::default()
-    };
-    let embedder: Arc<dyn Embedder> = Arc::new(HashedEmbedder::new(EMBED_DIMENSION));
-    let app = Arc::new(App::with_parts(config, shared, embedder));
+    let app = app_with_model(shared, &server);
 
     // Every write of an extracted memory fails during the first commit.
     faulty.push(Rule::every(Op::Put, "memories/entities/", Fault::FailBeforeLanding));
