@@ -32,4 +32,5 @@ pub mod timeparse;
 pub mod tokens;
 pub mod uri;
 pub mod watch;
+pub mod write;
 pub mod xml_text;

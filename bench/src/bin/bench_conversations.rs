@@ -39,7 +39,7 @@ use skald::memory::episodes::episodes;
 use skald::sessions::{SessionId, StoredMessage};
 use skald_bench::{Flags, TempStore, block_on, embedder, event, fail, parse_body, percentile, repo, sorted};
 
-const USAGE: &str = "usage: bench_conversations [--only NAME] [--hashed] [--show-misses N] [--episode-messages N] [--episode-tokens N] [--limit N] [--model-stub]";
+const USAGE: &str = "usage: bench_conversations [--only NAME] [--hashed] [--show-misses N] [--episode-messages N] [--episode-tokens N] [--limit N] [--search-type semantic|keywords|hybrid] [--model-stub]";
 
 #[derive(Debug, Deserialize)]
 struct Conversation {
@@ -121,6 +121,7 @@ fn main() {
     let mut memory = skald::config::MemoryConfig::default();
     let mut limit = None;
     let mut stub = false;
+    let mut search_type: Option<String> = None;
     while let Some(flag) = flags.next() {
         match flag.as_str() {
             "--only" => only = Some(flags.value(&flag).unwrap_or_else(|e| fail("--only", e))),
@@ -131,6 +132,13 @@ fn main() {
             }
             "--limit" => limit = Some(flags.at_least(&flag, 1).unwrap_or_else(|e| fail("--limit", e))),
             "--model-stub" => stub = true,
+            "--search-type" => {
+                let kind = flags.value(&flag).unwrap_or_else(|e| fail("--search-type", e));
+                if skald::index::SearchKind::parse(&kind).is_none() {
+                    fail("--search-type", format!("{kind:?} is not semantic, keywords or hybrid"));
+                }
+                search_type = Some(kind);
+            }
             "--episode-tokens" => {
                 memory.episode_tokens = flags.at_least(&flag, 1).unwrap_or_else(|e| fail("--episode-tokens", e));
             }
@@ -165,7 +173,13 @@ fn main() {
         let conversation: Conversation =
             serde_json::from_str(&text).unwrap_or_else(|e| fail(&file.display().to_string(), e));
         let started = Instant::now();
-        let results = block_on(evaluate(&conversation, Arc::clone(&embedder), &memory, limit, show, stub));
+        let results = block_on(evaluate(
+            &conversation,
+            Arc::clone(&embedder),
+            &memory,
+            Asking { limit, search_type: search_type.clone(), show },
+            stub,
+        ));
         println!(
             "{} ({}): {} sessions, {} messages -> {} episodes, {} questions, {:.1} s",
             conversation.name,
@@ -246,15 +260,24 @@ fn main() {
     }
 }
 
+/// How the questions are asked: `limit` and `search_type` sent with every
+/// `search` (and `search_type` with every `find`), when given; the first
+/// `show` misses of the 1600-token block printed.
+struct Asking {
+    limit: Option<usize>,
+    search_type: Option<String>,
+    show: usize,
+}
+
 /// Feeds `conversation` in and asks every question.
 async fn evaluate(
     conversation: &Conversation,
     embedder: Arc<dyn skald::embed::Embedder>,
     memory: &skald::config::MemoryConfig,
-    limit: Option<usize>,
-    show: usize,
+    asking: Asking,
     stub: bool,
 ) -> Results {
+    let Asking { limit, search_type, show } = asking;
     let temp = TempStore::open(&format!("skald-bench-conversations-{}", conversation.name));
     // With --model-stub, commits extract memories through a local model
     // stand-in (one memory per user message): what extraction costs in
@@ -321,6 +344,9 @@ async fn evaluate(
             if let Some(limit) = limit {
                 body["limit"] = json!(limit);
             }
+            if let Some(kind) = &search_type {
+                body["search_type"] = json!(kind);
+            }
             let (status, reply) = call(&app, "POST", "/api/v1/search/search", Some(&body)).await;
             if status != 200 {
                 fail("search", format!("{}: {status} {reply}", q.id));
@@ -332,7 +358,10 @@ async fn evaluate(
                 block_1600 = rendered;
             }
         }
-        let body = json!({"query": q.question, "limit": 10});
+        let mut body = json!({"query": q.question, "limit": 10});
+        if let Some(kind) = &search_type {
+            body["search_type"] = json!(kind);
+        }
         let (status, reply) = call(&app, "POST", "/api/v1/search/find", Some(&body)).await;
         if status != 200 {
             fail("find", format!("{}: {status} {reply}", q.id));

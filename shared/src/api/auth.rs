@@ -99,15 +99,22 @@ pub fn identity_for_key(
     Ok(Identity { account, user, actor_peer })
 }
 
-/// The identity of a request, per the configured mode (see the module's
-/// table). `keys` is the warm key table (`api_key` mode only); `now` the
-/// caller's clock for its revalidation.
+/// Who a request acts as, and with which role: an API key's own role; a
+/// token's claims act as [`Role::User`]; dev mode's headers as
+/// [`Role::Admin`] (dev mode trusts its caller).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The identity.
+    pub identity: Identity,
+    /// The role: what it may write beyond its own tree
+    /// ([`crate::write::may_write`]).
+    pub role: Role,
+}
+
+/// [`resolve_caller`]'s identity alone.
 ///
 /// # Errors
-/// 401 for missing, unknown or unusable credentials (a JWT without the
-/// account claim, unless `jwt_default_account` is set); 403 for an identity
-/// header an API key's role does not allow; 400 when a header is not a
-/// valid name; 503 when the key table cannot be read.
+/// As [`resolve_caller`].
 pub async fn resolve_identity(
     config: &IdentityConfig,
     keys: &KeyTable,
@@ -115,6 +122,25 @@ pub async fn resolve_identity(
     claims: Option<&AuthorizerClaims>,
     now: Instant,
 ) -> Result<Identity, ApiError> {
+    resolve_caller(config, keys, headers, claims, now).await.map(|c| c.identity)
+}
+
+/// The identity of a request, per the configured mode (see the module's
+/// table), with its role ([`Caller`]). `keys` is the warm key table (`api_key` mode only); `now` the
+/// caller's clock for its revalidation.
+///
+/// # Errors
+/// 401 for missing, unknown or unusable credentials (a JWT without the
+/// account claim, unless `jwt_default_account` is set); 403 for an identity
+/// header an API key's role does not allow; 400 when a header is not a
+/// valid name; 503 when the key table cannot be read.
+pub async fn resolve_caller(
+    config: &IdentityConfig,
+    keys: &KeyTable,
+    headers: &HeaderMap,
+    claims: Option<&AuthorizerClaims>,
+    now: Instant,
+) -> Result<Caller, ApiError> {
     let actor_peer = header(headers, ACTOR_PEER_HEADER)?
         .map(|p| PeerId::new(p).map_err(|e| ApiError::InvalidArgument(format!("header X-OpenViking-Actor-Peer: {e}"))))
         .transpose()?;
@@ -129,7 +155,9 @@ pub async fn resolve_identity(
             .await
             .map_err(|e| ApiError::dependency("the key table is unavailable; retry", e))?
             .ok_or_else(|| ApiError::Unauthenticated("invalid api key".into()))?;
-        return identity_for_key(&record, header(headers, ACCOUNT_HEADER)?, header(headers, USER_HEADER)?, actor_peer);
+        let identity =
+            identity_for_key(&record, header(headers, ACCOUNT_HEADER)?, header(headers, USER_HEADER)?, actor_peer)?;
+        return Ok(Caller { identity, role: record.role });
     }
     if let Some(claims) = claims.filter(|c| claim(c, &config.user_claim).is_some()) {
         let user = claim(claims, &config.user_claim).unwrap_or_default();
@@ -146,18 +174,19 @@ pub async fn resolve_identity(
             UserId::new(user).map_err(|e| ApiError::Unauthenticated(format!("claim {}: {e}", config.user_claim)))?;
         let account = AccountId::new(account)
             .map_err(|e| ApiError::Unauthenticated(format!("claim {}: {e}", config.account_claim)))?;
-        return Ok(Identity { account, user, actor_peer });
+        return Ok(Caller { identity: Identity { account, user, actor_peer }, role: Role::User });
     }
     if config.mode != IdentityMode::Dev {
         return Err(ApiError::Unauthenticated("missing credentials: no authorizer claims on the request".into()));
     }
     let account = header(headers, ACCOUNT_HEADER)?.unwrap_or(&config.default_account);
     let user = header(headers, USER_HEADER)?.unwrap_or(&config.default_user);
-    Ok(Identity {
+    let identity = Identity {
         account: account_of(account, "header X-OpenViking-Account")?,
         user: user_of(user, "header X-OpenViking-User")?,
         actor_peer,
-    })
+    };
+    Ok(Caller { identity, role: Role::Admin })
 }
 
 #[cfg(test)]

@@ -60,6 +60,9 @@ fn route(path: &str) -> Option<Route> {
 /// and always answers JSON.
 pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
     let path = request.uri().path();
+    if let Some(write) = super::write::route(path) {
+        return super::write::handle(app, write, &request).await;
+    }
     let Some(route) = route(path) else {
         return error_response(&ApiError::NotFound(format!("no route {} {path}", request.method())));
     };

@@ -28,6 +28,7 @@ pub mod recall;
 pub mod search;
 pub mod sessions;
 pub mod tasks;
+pub mod write;
 
 use error::ApiError;
 
@@ -36,6 +37,8 @@ use error::ApiError;
 pub struct Admitted<'a> {
     /// Who is asking.
     pub identity: Identity,
+    /// With which role ([`auth::Caller`]).
+    pub role: crate::keys::Role,
     /// The raw body (within the size limit).
     pub body: &'a [u8],
     /// The request headers.
@@ -79,13 +82,13 @@ pub async fn admit_method<'a>(
     }
     let deadline = request_deadline(app, request, started)?;
     let claims = request.extensions().get::<auth::AuthorizerClaims>();
-    let identity = within_deadline(
+    let auth::Caller { identity, role } = within_deadline(
         &deadline,
-        auth::resolve_identity(&app.config.identity, &app.keys, request.headers(), claims, started),
+        auth::resolve_caller(&app.config.identity, &app.keys, request.headers(), claims, started),
     )
     .await?;
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
-    Ok(Admitted { identity, body, headers: request.headers(), now, started, deadline })
+    Ok(Admitted { identity, role, body, headers: request.headers(), now, started, deadline })
 }
 
 /// The effective deadline of `request`, which started at `started`: the

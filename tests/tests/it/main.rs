@@ -14,6 +14,7 @@ mod assemble_properties;
 mod bootstrap_api;
 mod common;
 mod content_api;
+mod content_writes;
 mod demo_context;
 mod find_api;
 mod golden;

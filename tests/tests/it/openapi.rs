@@ -127,6 +127,21 @@ const LS: &str = "/api/v1/fs/ls";
 const STAT: &str = "/api/v1/fs/stat";
 /// The routes of the `content` function (`skald::api::content`).
 const CONTENT_ROUTES: [&str; 7] = [HEALTH, STATUS, READ, ABSTRACT, OVERVIEW, LS, STAT];
+const WRITE: &str = "/api/v1/content/write";
+const EDIT: &str = "/api/v1/content/edit";
+const MKDIR: &str = "/api/v1/fs/mkdir";
+const MV: &str = "/api/v1/fs/mv";
+/// `DELETE /api/v1/fs`.
+const REMOVE: &str = "/api/v1/fs";
+/// The write routes, also served by the `content` function
+/// (`skald::api::write`).
+const WRITE_ROUTES: [&str; 5] = [WRITE, EDIT, MKDIR, MV, REMOVE];
+/// What `DELETE /api/v1/fs`'s base query removes and `fs/mv`'s base body
+/// moves away; written back before each request to them ([`reset`]), so
+/// every request finds it.
+const REMOVE_TARGET: &str = "user/default/notes/old.md";
+/// Where `fs/mv`'s base body moves [`REMOVE_TARGET`] (removed by [`reset`]).
+const MOVED_TARGET: &str = "user/default/archive/old.md";
 /// The `mcp` function's one path.
 const MCP: &str = skald_mcp::PATH;
 /// The members of a JSON-RPC 2.0 request (`/mcp`'s body): the transport
@@ -216,7 +231,7 @@ impl Operation<'_> {
             p if p == SESSIONS || p.starts_with("/api/v1/sessions/") || p.starts_with("/api/v1/tasks") => {
                 Handler::Sessions
             }
-            p if CONTENT_ROUTES.contains(&p) => Handler::Content,
+            p if CONTENT_ROUTES.contains(&p) || WRITE_ROUTES.contains(&p) => Handler::Content,
             MCP => Handler::Mcp,
             other => panic!("no handler known for documented path {other}"),
         }
@@ -341,6 +356,11 @@ fn base_body(path: &str) -> Map<String, Value> {
         FIND | SEARCH | RECALL => json!({ "query": QUERY }),
         MESSAGES => json!({ "role": "user", "content": "hello" }),
         BATCH => json!({ "messages": [{ "role": "user", "content": "hello" }] }),
+        WRITE => json!({ "uri": "viking://~/notes/base.md", "content": "A note." }),
+        // The same word back: every request finds it once.
+        EDIT => json!({ "uri": format!("viking://{REMOVE_TARGET}"), "old_string": "old", "new_string": "old" }),
+        MKDIR => json!({ "uri": "viking://~/projects" }),
+        MV => json!({ "from_uri": format!("viking://{REMOVE_TARGET}"), "to_uri": format!("viking://{MOVED_TARGET}") }),
         _ => json!({}),
     };
     base.as_object().cloned().unwrap_or_default()
@@ -355,6 +375,7 @@ fn base_query(path: &str) -> &'static str {
         READ => "uri=viking://~/memories/events/2025/04/02/cluster-upgrade.md",
         ABSTRACT | OVERVIEW | STAT => "uri=viking://resources/runbooks",
         LS => "uri=viking://resources",
+        REMOVE => "uri=viking://~/notes/old.md",
         _ => "",
     }
 }
@@ -371,12 +392,24 @@ fn more_base_queries(path: &str) -> Vec<String> {
 }
 
 async fn send(app: &Arc<App>, op: &Operation<'_>, body: Option<&Value>, headers: &[(&str, &str)]) -> Reply {
+    reset(app).await;
     call(app, op.handler(), &op.method, &op.url(), headers, body).await
 }
 
-/// `op`'s method, without a body, on `url` (a path and query).
+/// `op`'s method, without a body, on `url` (a path and query), after
+/// [`reset`].
 async fn send_to(app: &Arc<App>, op: &Operation<'_>, url: &str, headers: &[(&str, &str)]) -> Reply {
+    reset(app).await;
     call(app, op.handler(), &op.method, url, headers, None).await
+}
+
+/// Puts back what a delete or a move of the base requests changed:
+/// [`REMOVE_TARGET`] is there and [`MOVED_TARGET`] is not.
+async fn reset(app: &Arc<App>) {
+    let key = |path: &str| format!("accounts/default/tree/{path}");
+    let body = bytes::Bytes::from_static(b"An old note.");
+    app.store.put(&key(REMOVE_TARGET), body, skald::store::PutMode::Overwrite).await.expect("put the target back");
+    app.store.delete(&key(MOVED_TARGET)).await.expect("clear the move's destination");
 }
 
 /// The validation errors whose `loc` names body field `field`.
@@ -690,6 +723,10 @@ fn request_bodies_list_exactly_the_accepted_fields() {
         (SESSIONS, names(&["session_id"])),
         // JSON-RPC, read by the transport (which ignores other members).
         (MCP, names(JSONRPC_MEMBERS)),
+        (WRITE, names(skald::api::write::WRITE_FIELDS)),
+        (EDIT, names(skald::api::write::EDIT_FIELDS)),
+        (MKDIR, names(skald::api::write::MKDIR_FIELDS)),
+        (MV, names(skald::api::write::MV_FIELDS)),
     ]
     .into_iter()
     .collect();
@@ -781,6 +818,7 @@ fn query_reads_by_path() -> BTreeMap<String, RouteReads> {
     let mut out = module_query_reads("content", "shared/src/api/content.rs", None);
     out.extend(module_query_reads("sessions", "shared/src/api/sessions.rs", Some(SESSIONS)));
     out.extend(module_query_reads("tasks", "shared/src/api/tasks.rs", Some("/api/v1/tasks")));
+    out.extend(module_query_reads("write", "shared/src/api/write.rs", None));
     out
 }
 

@@ -1,0 +1,479 @@
+//! The write path for files agents and operators name: `content/write`
+//! (replace, append, create), `content/edit`, `fs/mkdir`, `fs/mv` and
+//! `DELETE /fs`. Every write is a store object under compare-and-swap and
+//! reaches the index through the indexer's own [`crate::indexer::apply`]
+//! — the store's notifications deployed, or inline when the store sends
+//! none or the caller waits ([`crate::memory::index_now`]) — so a write,
+//! a move or a delete leaves no stale record in `find`.
+//!
+//! Who may write where ([`may_write`]): every identity its own user tree
+//! (not its sessions, which the session routes write; with an acting peer,
+//! not another peer's subtree); the shared roots (`viking://resources`,
+//! `viking://agent/skills`) an admin or root key, or anyone in dev mode;
+//! nothing else. Names starting with `.` are the directories' sidecars and
+//! are not written here.
+
+use bytes::Bytes;
+
+use crate::identity::{Identity, SHARED_ROOTS};
+use crate::store::{PutMode, SharedStore, StoreError};
+use crate::uri::{VikingUri, tree_key, uri_for_tree_key};
+
+/// The largest file a write may leave behind, in bytes (4 MiB): an append
+/// past it is refused whole.
+pub const MAX_FILE_BYTES: usize = 4 * 1024 * 1024;
+/// The most files one recursive delete or move touches (a larger tree is
+/// refused before anything changes).
+pub const MAX_TREE_FILES: usize = 10_000;
+/// Compare-and-swap attempts of an append or an edit before it gives up
+/// with a conflict.
+pub const CAS_ATTEMPTS: usize = 8;
+/// The marker `fs/mkdir` leaves in a directory without a description, so
+/// the directory exists (a store has no empty directories).
+pub const KEEP_MARKER: &str = ".keep";
+
+/// What a write failed to do. Messages name the URI or the field.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// Outside what the caller may write.
+    #[error("permission denied: {0}")]
+    Forbidden(String),
+    /// A request that cannot be done as asked (names the field).
+    #[error("{0}")]
+    Invalid(String),
+    /// Nothing at the URI.
+    #[error("not found: {0}")]
+    NotFound(VikingUri),
+    /// `create` over an existing file, a move onto one, a file where a
+    /// directory should be, or a write that kept losing its races.
+    #[error("{0}")]
+    Conflict(String),
+    /// The file would be larger than [`MAX_FILE_BYTES`].
+    #[error("{uri} would be {size} bytes; the most a file may hold is {limit}")]
+    TooLarge {
+        /// The file.
+        uri: VikingUri,
+        /// Its size after the write.
+        size: usize,
+        /// [`MAX_FILE_BYTES`].
+        limit: usize,
+    },
+    /// The store failed; nothing is known to be half-written (see each
+    /// operation).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// How `content/write` treats an existing file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Replace it (create it when missing). The default.
+    Replace,
+    /// Add to its end (create it when missing).
+    Append,
+    /// Create it; an existing file is a conflict.
+    Create,
+}
+
+impl WriteMode {
+    /// Parses the wire name (`replace`, `append`, `create`).
+    #[must_use]
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Replace, Self::Append, Self::Create].into_iter().find(|m| m.as_str() == text)
+    }
+
+    /// The wire name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Replace => "replace",
+            Self::Append => "append",
+            Self::Create => "create",
+        }
+    }
+}
+
+/// What one write did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Written {
+    /// The file written.
+    pub uri: VikingUri,
+    /// Whether the file is new.
+    pub created: bool,
+    /// Its size now, in bytes.
+    pub size: usize,
+}
+
+/// Whether `identity` (an admin or root key, or dev mode, when
+/// `shared_writer`) may write at `uri` (home alias resolved): see the
+/// module's rules. The roots themselves (the user tree, a shared root) are
+/// never written or removed whole.
+///
+/// # Errors
+/// [`WriteError::Forbidden`] naming the URI and the rule.
+pub fn may_write(identity: &Identity, shared_writer: bool, uri: &VikingUri) -> Result<VikingUri, WriteError> {
+    let uri = identity.resolve_home(uri);
+    let home = identity.user_root();
+    let deny = |why: &str| Err(WriteError::Forbidden(format!("{uri}: {why}")));
+    if uri.file_name().is_some_and(|n| n.starts_with('.')) {
+        return Err(WriteError::Invalid(format!(
+            "uri: names starting with '.' are reserved for directory summaries: {uri}"
+        )));
+    }
+    if uri.is_under(&home) {
+        if uri == home {
+            return deny("the user tree's root is not written or removed whole");
+        }
+        if identity.is_other_peer(&uri) {
+            return deny("another peer's tree");
+        }
+        if home.join("sessions").is_ok_and(|s| uri.is_under(&s)) {
+            return deny("sessions are written through the session routes");
+        }
+        return Ok(uri);
+    }
+    for root in SHARED_ROOTS {
+        let Ok(root) = VikingUri::parse(root) else { continue };
+        if uri.is_under(&root) {
+            if uri == root {
+                return deny("a shared root is not written or removed whole");
+            }
+            if !shared_writer {
+                return deny("the shared roots are written with an admin or root key");
+            }
+            return Ok(uri);
+        }
+    }
+    deny("outside the caller's tree and the shared roots")
+}
+
+/// Writes and removes files in one identity's view of the tree.
+#[derive(Debug, Clone)]
+pub struct Writes<'a> {
+    store: &'a SharedStore,
+    identity: &'a Identity,
+    shared_writer: bool,
+}
+
+impl<'a> Writes<'a> {
+    /// Writes as `identity`; `shared_writer` lets it write the shared roots
+    /// (an admin or root key, or dev mode).
+    #[must_use]
+    pub fn new(store: &'a SharedStore, identity: &'a Identity, shared_writer: bool) -> Self {
+        Self { store, identity, shared_writer }
+    }
+
+    /// The URI `uri` names, if the caller may write there.
+    ///
+    /// # Errors
+    /// As [`may_write`].
+    pub fn authorize(&self, uri: &VikingUri) -> Result<VikingUri, WriteError> {
+        may_write(self.identity, self.shared_writer, uri)
+    }
+
+    fn key(&self, uri: &VikingUri) -> String {
+        tree_key(&self.identity.account, uri)
+    }
+
+    /// Whether anything lies below `uri` (it is a directory).
+    async fn has_children(&self, uri: &VikingUri) -> Result<bool, StoreError> {
+        let listing = self.store.list_dir(&self.key(uri), 1).await?;
+        Ok(!listing.files.is_empty() || !listing.dirs.is_empty())
+    }
+
+    /// Writes `content` to the file at `uri` (authorised first) as `mode`
+    /// says. Missing parent directories need nothing: they are the key's
+    /// prefix.
+    ///
+    /// Cost: replace and create, one HEAD and one PUT; append, one GET and
+    /// one conditional PUT per attempt. Unknown outcomes: a replace is
+    /// repeated by the caller's retry with the same result; a create or an
+    /// append reads the file back and counts the write done when it holds
+    /// the new text.
+    ///
+    /// # Errors
+    /// Forbidden; [`WriteError::Invalid`] for a directory's URI;
+    /// [`WriteError::Conflict`] for `create` over an existing file or an
+    /// append that lost [`CAS_ATTEMPTS`] races; [`WriteError::TooLarge`];
+    /// store errors.
+    pub async fn write(&self, uri: &VikingUri, content: &str, mode: WriteMode) -> Result<Written, WriteError> {
+        let uri = self.authorize(uri)?;
+        let key = self.key(&uri);
+        if self.has_children(&uri).await? {
+            return Err(WriteError::Invalid(format!("uri: {uri} is a directory; write a file below it")));
+        }
+        if content.len() > MAX_FILE_BYTES {
+            return Err(WriteError::TooLarge { uri, size: content.len(), limit: MAX_FILE_BYTES });
+        }
+        match mode {
+            WriteMode::Replace => {
+                let existed = match self.store.head(&key).await {
+                    Ok(_) => true,
+                    Err(StoreError::NotFound(_)) => false,
+                    Err(e) => return Err(e.into()),
+                };
+                self.store.put(&key, Bytes::copy_from_slice(content.as_bytes()), PutMode::Overwrite).await?;
+                Ok(Written { uri, created: !existed, size: content.len() })
+            }
+            WriteMode::Create => {
+                let body = Bytes::copy_from_slice(content.as_bytes());
+                match self.store.put(&key, body, PutMode::CreateNew).await {
+                    Ok(_) => Ok(Written { uri, created: true, size: content.len() }),
+                    Err(StoreError::Conflict(_)) => {
+                        Err(WriteError::Conflict(format!("{uri} already exists; use mode replace or append")))
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }
+            WriteMode::Append => {
+                self.update(&uri, |old| Ok(Some(format!("{}{content}", old.unwrap_or_default())))).await
+            }
+        }
+    }
+
+    /// Replaces `old` by `new` in the file at `uri`: `old` must occur once,
+    /// or any number of times with `replace_all`.
+    ///
+    /// Cost: one GET and one conditional PUT per attempt.
+    ///
+    /// # Errors
+    /// Forbidden; [`WriteError::NotFound`]; [`WriteError::Invalid`] when
+    /// `old` is empty, missing, or not unique without `replace_all`;
+    /// conflicts and store errors as [`Writes::write`].
+    pub async fn edit(&self, uri: &VikingUri, old: &str, new: &str, replace_all: bool) -> Result<Written, WriteError> {
+        let uri = self.authorize(uri)?;
+        if old.is_empty() {
+            return Err(WriteError::Invalid("old_string: must not be empty".into()));
+        }
+        let target = uri.clone();
+        self.update(&uri, move |text| {
+            let Some(text) = text else { return Err(WriteError::NotFound(target.clone())) };
+            match text.matches(old).count() {
+                0 => Err(WriteError::Invalid(format!("old_string: not found in {target}"))),
+                1 => Ok(Some(text.replacen(old, new, 1))),
+                _ if replace_all => Ok(Some(text.replace(old, new))),
+                n => Err(WriteError::Invalid(format!(
+                    "old_string: occurs {n} times in {target}; make it unique or set replace_all"
+                ))),
+            }
+        })
+        .await
+    }
+
+    /// Read, change, write back under `IfMatch` (or `CreateNew` for a
+    /// missing file), retried on a lost race up to [`CAS_ATTEMPTS`] times.
+    async fn update(
+        &self,
+        uri: &VikingUri,
+        change: impl Fn(Option<String>) -> Result<Option<String>, WriteError>,
+    ) -> Result<Written, WriteError> {
+        let key = self.key(uri);
+        for _ in 0..CAS_ATTEMPTS {
+            let (old, mode) = match self.store.get(&key).await {
+                Ok(object) => {
+                    let text = String::from_utf8(object.body.to_vec()).map_err(|_| {
+                        WriteError::Invalid(format!("uri: {uri} is not UTF-8 text and cannot be appended to or edited"))
+                    })?;
+                    (Some(text), PutMode::IfMatch(object.meta.etag))
+                }
+                Err(StoreError::NotFound(_)) => (None, PutMode::CreateNew),
+                Err(e) => return Err(e.into()),
+            };
+            let created = old.is_none();
+            let Some(text) = change(old)? else { return Err(WriteError::Invalid(format!("uri: {uri}"))) };
+            if text.len() > MAX_FILE_BYTES {
+                return Err(WriteError::TooLarge { uri: uri.clone(), size: text.len(), limit: MAX_FILE_BYTES });
+            }
+            match self.store.put(&key, Bytes::from(text.clone()), mode).await {
+                Ok(_) => return Ok(Written { uri: uri.clone(), created, size: text.len() }),
+                Err(StoreError::Conflict(_)) => {}
+                // Unknown outcome: done when the file now holds our text.
+                Err(e) => match self.store.get(&key).await {
+                    Ok(now) if now.body.as_ref() == text.as_bytes() => {
+                        return Ok(Written { uri: uri.clone(), created, size: text.len() });
+                    }
+                    _ => return Err(e.into()),
+                },
+            }
+        }
+        Err(WriteError::Conflict(format!("{uri} kept changing under {CAS_ATTEMPTS} attempts; retry")))
+    }
+
+    /// Makes the directory at `uri`: its `.abstract.md` holds `description`
+    /// when given (the directory's abstract), else an empty [`KEEP_MARKER`]
+    /// marks it. A directory that exists is left as it is (its abstract
+    /// replaced when a description is given).
+    ///
+    /// Cost: one LIST, one HEAD and one PUT.
+    ///
+    /// # Errors
+    /// Forbidden; [`WriteError::Conflict`] when a file is at `uri`; store
+    /// errors.
+    pub async fn mkdir(&self, uri: &VikingUri, description: Option<&str>) -> Result<(VikingUri, bool), WriteError> {
+        let uri = self.authorize(uri)?;
+        match self.store.head(&self.key(&uri)).await {
+            Ok(_) => return Err(WriteError::Conflict(format!("{uri} is a file"))),
+            Err(StoreError::NotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let existed = self.has_children(&uri).await?;
+        let (name, body) = match description.map(str::trim).filter(|d| !d.is_empty()) {
+            Some(d) => (crate::ingest::ABSTRACT_SIDECAR, d.to_owned()),
+            None if existed => return Ok((uri, false)),
+            None => (KEEP_MARKER, String::new()),
+        };
+        let key = format!("{}/{name}", self.key(&uri));
+        self.store.put(&key, Bytes::from(body), PutMode::Overwrite).await?;
+        Ok((uri, !existed))
+    }
+
+    /// The files at and below `uri` (one file, or every object of a
+    /// directory), as store keys.
+    async fn files_at(&self, uri: &VikingUri) -> Result<Vec<String>, WriteError> {
+        let key = self.key(uri);
+        match self.store.head(&key).await {
+            Ok(_) => return Ok(vec![key]),
+            Err(StoreError::NotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let keys: Vec<String> = self.store.list(&format!("{key}/")).await?.into_iter().map(|m| m.key).collect();
+        if keys.len() > MAX_TREE_FILES {
+            return Err(WriteError::Invalid(format!(
+                "uri: {uri} holds {} files; at most {MAX_TREE_FILES} are removed or moved at once",
+                keys.len()
+            )));
+        }
+        Ok(keys)
+    }
+
+    /// Removes the file at `uri`, or the directory with everything below it
+    /// when `recursive` (a directory holding only its own summaries and
+    /// marker goes without). Returns the URIs of the files removed.
+    ///
+    /// Cost: one HEAD and one LIST; one DELETE per file. Unknown outcomes:
+    /// a repeated delete is harmless; a failure part way leaves the rest
+    /// in place, and a retry removes them.
+    ///
+    /// # Errors
+    /// Forbidden; [`WriteError::NotFound`]; [`WriteError::Invalid`] for a
+    /// directory with files without `recursive`, or one over
+    /// [`MAX_TREE_FILES`]; store errors.
+    pub async fn remove(&self, uri: &VikingUri, recursive: bool) -> Result<Vec<VikingUri>, WriteError> {
+        let uri = self.authorize(uri)?;
+        let keys = self.files_at(&uri).await?;
+        if keys.is_empty() {
+            return Err(WriteError::NotFound(uri));
+        }
+        let own = self.key(&uri);
+        let is_dir = keys.first().is_some_and(|k| *k != own);
+        let only_summaries =
+            keys.iter().all(|k| k.rsplit_once('/').is_some_and(|(dir, name)| dir == own && name.starts_with('.')));
+        if is_dir && !recursive && !only_summaries {
+            return Err(WriteError::Invalid(format!(
+                "recursive: {uri} is a directory with files; pass recursive=true to remove it all"
+            )));
+        }
+        let mut removed = Vec::with_capacity(keys.len());
+        for key in &keys {
+            self.store.delete(key).await?;
+            removed.extend(uri_for_tree_key(&self.identity.account, key));
+        }
+        Ok(removed)
+    }
+
+    /// Moves the file or directory at `from` to `to` (both authorised):
+    /// each file is copied to its new key (create-if-absent) and then
+    /// removed from the old one, so a failure part way leaves every file
+    /// in at least one place. Returns the URIs of the files written and
+    /// removed.
+    ///
+    /// Cost: one HEAD, one LIST; per file one GET, one PUT and one DELETE.
+    ///
+    /// # Errors
+    /// Forbidden; [`WriteError::NotFound`]; [`WriteError::Invalid`] when
+    /// `to` lies inside `from`; [`WriteError::Conflict`] when something
+    /// is at `to` already; store errors.
+    pub async fn mv(&self, from: &VikingUri, to: &VikingUri) -> Result<(Vec<VikingUri>, Vec<VikingUri>), WriteError> {
+        let from = self.authorize(from)?;
+        let to = self.authorize(to)?;
+        if to.is_under(&from) {
+            return Err(WriteError::Invalid(format!("to_uri: {to} lies inside from_uri {from}")));
+        }
+        let keys = self.files_at(&from).await?;
+        if keys.is_empty() {
+            return Err(WriteError::NotFound(from));
+        }
+        let (from_key, to_key) = (self.key(&from), self.key(&to));
+        let target_taken = match self.store.head(&to_key).await {
+            Ok(_) => true,
+            Err(StoreError::NotFound(_)) => self.has_children(&to).await?,
+            Err(e) => return Err(e.into()),
+        };
+        if target_taken {
+            return Err(WriteError::Conflict(format!("to_uri: {to} already exists")));
+        }
+        let (mut written, mut removed) = (Vec::new(), Vec::new());
+        for key in &keys {
+            let new_key = format!("{to_key}{}", &key[from_key.len()..]);
+            let object = self.store.get(key).await?;
+            match self.store.put(&new_key, object.body.clone(), PutMode::CreateNew).await {
+                Ok(_) => {}
+                // Unknown outcome earlier, or a retry: the same bytes are there.
+                Err(StoreError::Conflict(_)) if self.store.get(&new_key).await.is_ok_and(|o| o.body == object.body) => {
+                }
+                Err(StoreError::Conflict(_)) => {
+                    return Err(WriteError::Conflict(format!("to_uri: {to} was written by another request")));
+                }
+                Err(e) => return Err(e.into()),
+            }
+            written.extend(uri_for_tree_key(&self.identity.account, &new_key));
+            self.store.delete_if(key, &object.meta.etag).await?;
+            removed.extend(uri_for_tree_key(&self.identity.account, key));
+        }
+        Ok((written, removed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::{AccountId, PeerId, UserId};
+
+    fn alice(peer: Option<&str>) -> Identity {
+        Identity {
+            account: AccountId::new("acme").expect("valid"),
+            user: UserId::new("alice").expect("valid"),
+            actor_peer: peer.map(|p| PeerId::new(p).expect("valid")),
+        }
+    }
+
+    #[test]
+    fn who_may_write_where() {
+        // (uri, shared writer, acting peer, allowed)
+        let cases: &[(&str, bool, Option<&str>, bool)] = &[
+            ("viking://user/alice/memories/x.md", false, None, true),
+            ("viking://~/notes/a.md", false, None, true),
+            ("viking://user/bob/memories/x.md", true, None, false),
+            ("viking://user/alice", true, None, false),
+            ("viking://user/alice/sessions/s1/messages.jsonl", true, None, false),
+            ("viking://user/alice/peers/codex/a.md", false, Some("claude"), false),
+            ("viking://user/alice/peers/claude/a.md", false, Some("claude"), true),
+            ("viking://resources/guide.md", false, None, false),
+            ("viking://resources/guide.md", true, None, true),
+            ("viking://agent/skills/deploy/SKILL.md", true, None, true),
+            ("viking://resources", true, None, false),
+            ("viking://agent/other/a.md", true, None, false),
+            ("viking://", true, None, false),
+        ];
+        for (uri, shared, peer, allowed) in cases {
+            let got = may_write(&alice(*peer), *shared, &VikingUri::parse(uri).expect("valid"));
+            assert_eq!(got.is_ok(), *allowed, "{uri} shared={shared} peer={peer:?}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn hidden_names_are_a_bad_request() {
+        let got = may_write(&alice(None), true, &VikingUri::parse("viking://~/docs/.abstract.md").expect("valid"));
+        assert!(matches!(&got, Err(WriteError::Invalid(m)) if m.starts_with("uri:")), "{got:?}");
+    }
+}

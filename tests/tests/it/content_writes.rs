@@ -1,0 +1,214 @@
+//! The write routes of the `content` function through the Lambda edge
+//! (`content/write`, `content/edit`, `fs/mkdir`, `fs/mv`, `DELETE /fs`) on
+//! a local store: what a write says is searchable by the answer's time,
+//! what a move or a delete removes leaves no record in `find`, and every
+//! refusal is the status and code a user would expect, naming the field.
+
+use std::sync::Arc;
+
+use lambda_http::Body;
+use serde_json::{Value, json};
+use skald::app::App;
+use skald_tests::fixture::{
+    DEFAULT_CORPUS, Handler, Reply, TempDirs, app_with_corpus, call, call_handler, find, ok, request_to,
+    with_jwt_claims,
+};
+
+async fn app() -> (Arc<App>, TempDirs) {
+    app_with_corpus(DEFAULT_CORPUS, true).await
+}
+
+async fn post(app: &Arc<App>, path: &str, body: &Value) -> Reply {
+    call(app, Handler::Content, "POST", path, &[], Some(body)).await
+}
+
+async fn delete(app: &Arc<App>, query: &str) -> Reply {
+    call(app, Handler::Content, "DELETE", &format!("/api/v1/fs?{query}"), &[], None).await
+}
+
+async fn read(app: &Arc<App>, uri: &str) -> Reply {
+    call(app, Handler::Content, "GET", &format!("/api/v1/content/read?uri={uri}"), &[], None).await
+}
+
+/// The URIs a keyword `find` for `query` returns.
+async fn found(app: &Arc<App>, query: &str) -> Vec<String> {
+    let (status, body) = find(app, &json!({"query": query, "search_type": "keywords", "limit": 20})).await;
+    assert_eq!(status, 200, "{body}");
+    ["memories", "resources", "skills"]
+        .iter()
+        .flat_map(|k| body["result"][k].as_array().cloned().unwrap_or_default())
+        .filter_map(|h| h["uri"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_write_is_searchable_and_a_replace_leaves_no_trace_of_the_old_text() {
+    let (app, _dirs) = app().await;
+    let uri = "viking://user/default/memories/entities/biscuit.md";
+    let reply =
+        post(&app, "/api/v1/content/write", &json!({"uri": uri, "content": "Biscuit the dog is allergic to chicken."}))
+            .await;
+    assert_eq!(ok(&reply)["created"], true, "{}", reply.text);
+    assert_eq!(ok(&reply)["status"], "indexed");
+    assert!(found(&app, "Biscuit allergic chicken").await.contains(&uri.to_owned()));
+    let reply =
+        post(&app, "/api/v1/content/write", &json!({"uri": uri, "content": "Biscuit now eats salmon kibble."})).await;
+    assert_eq!((ok(&reply)["created"].as_bool(), ok(&reply)["mode"].as_str()), (Some(false), Some("replace")));
+    assert!(!found(&app, "chicken").await.contains(&uri.to_owned()), "the replaced text is still indexed");
+    assert!(found(&app, "salmon kibble").await.contains(&uri.to_owned()));
+    // Append adds; create refuses an existing file with 409 and changes nothing.
+    let reply =
+        post(&app, "/api/v1/content/write", &json!({"uri": uri, "content": "\nHe is 4.", "mode": "append"})).await;
+    assert_eq!(ok(&reply)["size"], json!("Biscuit now eats salmon kibble.\nHe is 4.".len()));
+    let reply = post(&app, "/api/v1/content/write", &json!({"uri": uri, "content": "x", "mode": "create"})).await;
+    assert_eq!((reply.status, reply.json["error"]["code"].as_str()), (409, Some("CONFLICT")), "{}", reply.text);
+    assert_eq!(ok(&read(&app, uri).await), "Biscuit now eats salmon kibble.\nHe is 4.");
+}
+
+#[tokio::test]
+async fn an_edit_replaces_one_occurrence_unless_told_all() {
+    let (app, _dirs) = app().await;
+    let uri = "viking://~/notes/todo.md";
+    post(&app, "/api/v1/content/write", &json!({"uri": uri, "content": "buy milk; buy eggs; call mum"})).await;
+    let reply =
+        post(&app, "/api/v1/content/edit", &json!({"uri": uri, "old_string": "buy", "new_string": "get"})).await;
+    assert_eq!(reply.status, 400, "{}", reply.text);
+    assert!(reply.json["error"]["message"].as_str().is_some_and(|m| m.contains("old_string") && m.contains("2 times")));
+    let body = json!({"uri": uri, "old_string": "buy", "new_string": "get", "replace_all": true});
+    assert_eq!(post(&app, "/api/v1/content/edit", &body).await.status, 200);
+    let body = json!({"uri": uri, "old_string": "call mum", "new_string": "call dad"});
+    assert_eq!(post(&app, "/api/v1/content/edit", &body).await.status, 200);
+    assert_eq!(ok(&read(&app, "viking://user/default/notes/todo.md").await), "get milk; get eggs; call dad");
+    let body = json!({"uri": "viking://~/notes/none.md", "old_string": "a", "new_string": "b"});
+    assert_eq!(post(&app, "/api/v1/content/edit", &body).await.status, 404);
+}
+
+#[tokio::test]
+async fn a_move_and_a_delete_leave_no_stale_record() {
+    let (app, _dirs) = app().await;
+    for (name, text) in [("a.md", "Quokka habitats on Rottnest."), ("b.md", "Quokka diets and water.")] {
+        let uri = format!("viking://~/research/{name}");
+        assert_eq!(post(&app, "/api/v1/content/write", &json!({"uri": uri, "content": text})).await.status, 200);
+    }
+    let reply = post(
+        &app,
+        "/api/v1/fs/mv",
+        &json!({"from_uri": "viking://~/research", "to_uri": "viking://~/archive/research"}),
+    )
+    .await;
+    assert_eq!(ok(&reply)["moved"], 2, "{}", reply.text);
+    let hits = found(&app, "quokka").await;
+    assert!(hits.iter().all(|u| u.starts_with("viking://user/default/archive/research/")), "{hits:?}");
+    assert_eq!(hits.len(), 2, "{hits:?}");
+    assert_eq!(read(&app, "viking://~/research/a.md").await.status, 404);
+    // A directory with files goes only when asked to, then with everything below.
+    let reply = delete(&app, "uri=viking://~/archive/research").await;
+    assert_eq!(reply.status, 400, "{}", reply.text);
+    assert!(reply.json["error"]["message"].as_str().is_some_and(|m| m.starts_with("recursive:")), "{}", reply.text);
+    let reply = delete(&app, "uri=viking://~/archive/research&recursive=true").await;
+    assert_eq!(ok(&reply)["deleted"], 2, "{}", reply.text);
+    assert!(found(&app, "quokka").await.is_empty());
+    assert_eq!(delete(&app, "uri=viking://~/archive/research").await.status, 404);
+}
+
+#[tokio::test]
+async fn mkdir_makes_a_directory_with_its_abstract() {
+    let (app, _dirs) = app().await;
+    let body = json!({"uri": "viking://~/projects", "description": "Side projects and their notes."});
+    assert_eq!(ok(&post(&app, "/api/v1/fs/mkdir", &body).await)["created"], true);
+    let ls = call(&app, Handler::Content, "GET", "/api/v1/fs/ls?uri=viking://~", &[], None).await;
+    let entry = ok(&ls).as_array().and_then(|l| l.iter().find(|e| e["name"] == "projects").cloned());
+    assert_eq!(entry.map(|e| e["abstract"].clone()), Some(json!("Side projects and their notes.")), "{}", ls.text);
+    // A file where the directory would be is a conflict.
+    post(&app, "/api/v1/content/write", &json!({"uri": "viking://~/plain.md", "content": "x"})).await;
+    let reply = post(&app, "/api/v1/fs/mkdir", &json!({"uri": "viking://~/plain.md"})).await;
+    assert_eq!(reply.status, 409, "{}", reply.text);
+}
+
+/// Every refusal, as a table: (method, path, body or query, status, what
+/// the message must contain).
+#[tokio::test]
+async fn refusals_name_the_field_and_change_nothing() {
+    let (app, _dirs) = app().await;
+    let big = "x".repeat(300 * 1024);
+    let cases: Vec<(&str, &str, Value, u16, &str)> = vec![
+        (
+            "POST",
+            "/api/v1/content/write",
+            json!({"uri": "viking://user/bob/x.md", "content": "x"}),
+            403,
+            "viking://user/bob/x.md",
+        ),
+        (
+            "POST",
+            "/api/v1/content/write",
+            json!({"uri": "viking://user/default/sessions/s1/x.md", "content": "x"}),
+            403,
+            "session routes",
+        ),
+        ("POST", "/api/v1/content/write", json!({"uri": "viking://agent/other/x.md", "content": "x"}), 403, "outside"),
+        ("POST", "/api/v1/content/write", json!({"uri": "viking://~/../bob/x.md", "content": "x"}), 400, "uri"),
+        ("POST", "/api/v1/content/write", json!({"uri": "viking://~/a\u{7}b.md", "content": "x"}), 400, "uri"),
+        (
+            "POST",
+            "/api/v1/content/write",
+            json!({"uri": format!("viking://~/{}", "n".repeat(1000)), "content": "x"}),
+            400,
+            "uri",
+        ),
+        ("POST", "/api/v1/content/write", json!({"uri": "viking://~/docs/.abstract.md", "content": "x"}), 400, "uri"),
+        ("POST", "/api/v1/content/write", json!({"uri": "viking://~/x.md"}), 400, "content"),
+        (
+            "POST",
+            "/api/v1/content/write",
+            json!({"uri": "viking://~/x.md", "content": "x", "mode": "upsert"}),
+            400,
+            "mode",
+        ),
+        (
+            "POST",
+            "/api/v1/content/write",
+            json!({"uri": "viking://~/x.md", "content": "x", "colour": 1}),
+            400,
+            "colour",
+        ),
+        ("POST", "/api/v1/content/write", json!({"uri": "viking://~/x.md", "content": big}), 413, ""),
+        ("POST", "/api/v1/content/write", json!({"uri": "viking://~/memories", "content": "x"}), 400, "directory"),
+        (
+            "POST",
+            "/api/v1/fs/mv",
+            json!({"from_uri": "viking://~/memories", "to_uri": "viking://~/memories/inner"}),
+            400,
+            "to_uri",
+        ),
+        ("POST", "/api/v1/fs/mv", json!({"from_uri": "viking://~/nothing", "to_uri": "viking://~/else"}), 404, ""),
+        ("DELETE", "/api/v1/fs?uri=viking://user/default", Value::Null, 403, "root"),
+        ("DELETE", "/api/v1/fs?recursive=true", Value::Null, 400, "uri"),
+        ("GET", "/api/v1/fs?uri=viking://~/x.md", Value::Null, 405, ""),
+    ];
+    let before = found(&app, "rust").await;
+    for (method, path, body, status, needle) in cases {
+        let reply = call(&app, Handler::Content, method, path, &[], (!body.is_null()).then_some(&body)).await;
+        assert_eq!(reply.status, status, "{method} {path} {body}: {}", reply.text);
+        assert!(reply.text.contains(needle), "{method} {path}: {needle:?} not in {}", reply.text);
+    }
+    assert_eq!(found(&app, "rust").await, before, "a refused request changed the index");
+    assert_eq!(read(&app, "viking://~/x.md").await.status, 404, "a refused write left a file");
+}
+
+/// A token's user (the authorizer's claims) writes its own tree, not the
+/// shared roots, which take an admin key or dev mode.
+#[tokio::test]
+async fn a_users_token_writes_its_own_tree_only() {
+    let (app, _dirs) = app_with_corpus(DEFAULT_CORPUS, false).await;
+    let send = |uri: &str| {
+        let body = Body::Text(json!({"uri": uri, "content": "a note"}).to_string());
+        let request = request_to("/api/v1/content/write", "POST", &[], body);
+        with_jwt_claims(request, &[("sub", "alice"), ("custom:account", "default")])
+    };
+    let own = call_handler(&app, Handler::Content, send("viking://~/notes/a.md")).await;
+    assert_eq!(ok(&own)["uri"], "viking://user/alice/notes/a.md");
+    let shared = call_handler(&app, Handler::Content, send("viking://resources/notes/a.md")).await;
+    assert_eq!((shared.status, shared.json["error"]["code"].as_str()), (403, Some("PERMISSION_DENIED")));
+    assert!(shared.text.contains("admin"), "{}", shared.text);
+}
