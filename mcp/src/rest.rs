@@ -31,6 +31,12 @@ pub(crate) enum Route {
     /// `POST /api/v1/sessions/…` (the path given with the call:
     /// [`call_at`]).
     Sessions,
+    /// `POST /api/v1/content/write`.
+    Write,
+    /// `POST /api/v1/content/edit`.
+    Edit,
+    /// `DELETE /api/v1/fs?uri=…`.
+    Remove,
 }
 
 impl Route {
@@ -44,6 +50,19 @@ impl Route {
             Self::List => "/api/v1/fs/ls",
             Self::Health => "/health",
             Self::Sessions => "/api/v1/sessions",
+            Self::Write => "/api/v1/content/write",
+            Self::Edit => "/api/v1/content/edit",
+            Self::Remove => "/api/v1/fs",
+        }
+    }
+
+    /// The route's method: `DELETE` for [`Route::Remove`], else `POST` with
+    /// a body and `GET` without.
+    fn method(self, has_body: bool) -> Method {
+        match self {
+            Self::Remove => Method::DELETE,
+            _ if has_body => Method::POST,
+            _ => Method::GET,
         }
     }
 }
@@ -92,13 +111,15 @@ pub(crate) async fn call_at(
     query: &[(&str, &str)],
     renames: Renames<'_>,
 ) -> Result<Answer, String> {
-    let request = build(parts, path, body, query)?;
+    let request = build(parts, route.method(body.is_some()), path, body, query)?;
     let response = match route {
         Route::Find => skald::api::find::handle(app, request).await,
         Route::Search => skald::api::search::handle(app, request).await,
         Route::Recall => skald::api::recall::handle(app, request).await,
         Route::Bootstrap => skald::api::bootstrap::handle(app, request).await,
-        Route::Read | Route::List | Route::Health => skald::api::content::handle(app, request).await,
+        Route::Read | Route::List | Route::Health | Route::Write | Route::Edit | Route::Remove => {
+            skald::api::content::handle(app, request).await
+        }
         Route::Sessions => skald::api::sessions::handle(app, request).await,
     };
     let status = response.status();
@@ -121,15 +142,15 @@ pub(crate) async fn call_at(
 }
 
 /// The REST request: the MCP request's headers (the content type set to
-/// JSON, no stale length) and extensions, with the route's method, path,
-/// query and body.
+/// JSON, no stale length) and extensions, with `method`, the path, query
+/// and body.
 fn build(
     parts: &http::request::Parts,
+    method: Method,
     path: &str,
     body: Option<&Map<String, Value>>,
     query: &[(&str, &str)],
 ) -> Result<Request<Bytes>, String> {
-    let method = if body.is_some() { Method::POST } else { Method::GET };
     let mut target = path.to_owned();
     for (i, (name, value)) in query.iter().enumerate() {
         target.push(if i == 0 { '?' } else { '&' });

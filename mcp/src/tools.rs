@@ -73,12 +73,26 @@ enum ToolName {
     List,
     Health,
     Remember,
+    Write,
+    Edit,
+    Forget,
 }
 
 impl ToolName {
     /// Every tool, in the order [`list`] gives them.
-    const ALL: [Self; 8] =
-        [Self::Find, Self::Search, Self::Recall, Self::Bootstrap, Self::Read, Self::List, Self::Health, Self::Remember];
+    const ALL: [Self; 11] = [
+        Self::Find,
+        Self::Search,
+        Self::Recall,
+        Self::Bootstrap,
+        Self::Read,
+        Self::List,
+        Self::Health,
+        Self::Remember,
+        Self::Write,
+        Self::Edit,
+        Self::Forget,
+    ];
 
     /// The name hosts call it by.
     fn as_str(self) -> &'static str {
@@ -91,6 +105,9 @@ impl ToolName {
             Self::List => "list",
             Self::Health => "health",
             Self::Remember => "remember",
+            Self::Write => "write",
+            Self::Edit => "edit",
+            Self::Forget => "forget",
         }
     }
 
@@ -356,6 +373,46 @@ fn build() -> Vec<Tool> {
         },
         "required": ["messages"]
     });
+    let file_uri = json!({
+        "type": "string",
+        "description": "The viking:// file, e.g. viking://~/notes/todo.md (viking://~/ is the caller's own tree; viking://resources/… needs an admin key)."
+    });
+    let wait = json!({ "type": "boolean", "default": false, "description": "Accepted; a local server indexes before it answers." });
+    let timeout = json!({ "type": "number", "description": "Accepted; the request's deadline bounds the work." });
+    let write_schema = json!({
+        "type": "object",
+        "properties": {
+            "uri": file_uri,
+            "content": { "type": "string", "description": "The text to write." },
+            "mode": {
+                "type": "string", "enum": ["replace", "append", "create"], "default": "replace",
+                "description": "replace the file (creating it), append to it, or create it (an error when it exists)."
+            },
+            "wait": wait,
+            "timeout": timeout
+        },
+        "required": ["uri", "content"]
+    });
+    let edit_schema = json!({
+        "type": "object",
+        "properties": {
+            "uri": file_uri,
+            "old_string": { "type": "string", "description": "The text to replace; it must occur exactly once unless replace_all." },
+            "new_string": { "type": "string", "description": "What replaces it." },
+            "replace_all": { "type": "boolean", "default": false, "description": "Replace every occurrence." },
+            "wait": wait,
+            "timeout": timeout
+        },
+        "required": ["uri", "old_string", "new_string"]
+    });
+    let forget_schema = json!({
+        "type": "object",
+        "properties": {
+            "uri": { "type": "string", "description": "The viking:// file or directory to remove, e.g. a memory find returned." },
+            "recursive": { "type": "boolean", "default": false, "description": "Remove a directory with everything below it." }
+        },
+        "required": ["uri"]
+    });
     vec![
         tool(
             "find",
@@ -401,7 +458,36 @@ fn build() -> Vec<Tool> {
             remember_schema,
             false,
         ),
+        tool(
+            "write",
+            "Write",
+            "Write a file in the memory tree (replace, append or create): a memory to correct or add, or a note. It is searchable at once on a local server, within seconds deployed.",
+            write_schema,
+            false,
+        ),
+        tool(
+            "edit",
+            "Edit",
+            "Replace a string in a file of the memory tree (once, unless replace_all), e.g. to correct a wrong fact in a memory.",
+            edit_schema,
+            false,
+        ),
+        destructive(tool(
+            "forget",
+            "Forget",
+            "Remove a memory, or a directory of them with recursive: find and search no longer return it.",
+            forget_schema,
+            false,
+        )),
     ]
+}
+
+/// `tool` marked destructive: it removes what it names.
+fn destructive(mut tool: Tool) -> Tool {
+    if let Some(annotations) = tool.annotations.take() {
+        tool.annotations = Some(annotations.destructive(true));
+    }
+    tool
 }
 
 /// The request a tool serves: the app, and the MCP request's parts that
@@ -450,6 +536,9 @@ pub(crate) async fn call(
             ToolName::List => list_dir(&ctx, args).await,
             ToolName::Remember => remember(&ctx, args).await,
             ToolName::Health => health(&ctx).await,
+            ToolName::Write => write(&ctx, args).await,
+            ToolName::Edit => edit(&ctx, args).await,
+            ToolName::Forget => forget(&ctx, args).await,
         }
     });
     let outcome = match deadline {
@@ -714,6 +803,40 @@ async fn remember(ctx: &Ctx<'_>, mut args: Args) -> Result<String, String> {
     ))
 }
 
+async fn write(ctx: &Ctx<'_>, mut args: Args) -> Result<String, String> {
+    let mut body = Map::new();
+    args.pass(&mut body, &["uri", "content", "mode", "wait", "timeout"]);
+    let r = ctx.post(Route::Write, &body, &[]).await?.result;
+    let done = if r["created"] == true { "created" } else { "updated" };
+    Ok(format!(
+        "Wrote {} ({done}, {} bytes, mode {}; index: {}).",
+        text(&r["uri"]),
+        r["size"],
+        text(&r["mode"]),
+        text(&r["status"])
+    ))
+}
+
+async fn edit(ctx: &Ctx<'_>, mut args: Args) -> Result<String, String> {
+    let mut body = Map::new();
+    args.pass(&mut body, &["uri", "old_string", "new_string", "replace_all", "wait", "timeout"]);
+    let r = ctx.post(Route::Edit, &body, &[]).await?.result;
+    Ok(format!("Edited {} ({} bytes; index: {}).", text(&r["uri"]), r["size"], text(&r["status"])))
+}
+
+async fn forget(ctx: &Ctx<'_>, mut args: Args) -> Result<String, String> {
+    let uri = args.string("uri")?.unwrap_or_default();
+    let recursive = args.boolean("recursive")?.unwrap_or(false);
+    let query = [("uri", uri.as_str()), ("recursive", if recursive { "true" } else { "false" })];
+    let r = ctx.get(Route::Remove, &query, &[]).await?.result;
+    Ok(format!("Removed {} file(s) at {} (index: {}).", r["deleted"], text(&r["uri"]), text(&r["status"])))
+}
+
+/// A JSON string's text (empty for anything else).
+fn text(value: &Value) -> &str {
+    value.as_str().unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -726,6 +849,6 @@ mod tests {
         for name in listed {
             assert_eq!(ToolName::parse(name).map(ToolName::as_str), Some(name));
         }
-        assert_eq!(ToolName::parse("forget"), None);
+        assert_eq!(ToolName::parse("unlink"), None);
     }
 }

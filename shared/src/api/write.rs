@@ -114,6 +114,13 @@ fn uri_field(body: &mut Body, name: &str) -> Option<VikingUri> {
     }
 }
 
+/// The required `uri` query parameter, validated (`None` with the problem
+/// recorded in `query`).
+fn uri_param(query: &mut Query) -> Option<VikingUri> {
+    let text = query.required("uri")?;
+    VikingUri::parse(text.trim()).map_err(|e| query.value_error("uri", &e.to_string())).ok()
+}
+
 /// A required string field of `body`.
 fn text_field(body: &mut Body, name: &str) -> Option<String> {
     if !body.sent(name) {
@@ -182,9 +189,7 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
             (result, written.into_iter().chain(removed).collect(), wait)
         }
         Route::Remove => {
-            let uri = query
-                .required("uri")
-                .and_then(|t| VikingUri::parse(t.trim()).map_err(|e| query.value_error("uri", &e.to_string())).ok());
+            let uri = uri_param(&mut query);
             let recursive = query.boolean("recursive").unwrap_or(false);
             let wait = query.boolean("wait").unwrap_or(false);
             query.finish()?;

@@ -231,7 +231,7 @@ async fn initialize_answers_each_protocol_version_without_a_session() {
     assert_eq!(versions, [V_2025_06, V_2025_11, V_2026], "{}", http.text);
     assert_eq!(result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "skald", "{}", http.text);
     let tools = rpc(&app, V_2026, "tools/list", &json!({})).await.result();
-    assert_eq!(tools["tools"].as_array().map(Vec::len), Some(8), "{tools}");
+    assert_eq!(tools["tools"].as_array().map(Vec::len), Some(11), "{tools}");
     // An `initialize` naming a revision without one (or one not served)
     // gets the newest served revision that has it.
     for asked in [V_2026, "2024-11-05"] {
@@ -249,7 +249,10 @@ async fn the_tool_list_matches_its_snapshot_in_every_revision() {
     let (app, _dirs) = default_app().await;
     let listed = rpc(&app, V_2025_06, "tools/list", &json!({})).await.result()["tools"].clone();
     let names: Vec<&str> = listed.as_array().into_iter().flatten().filter_map(|t| t["name"].as_str()).collect();
-    assert_eq!(names, ["find", "search", "recall", "bootstrap", "read", "list", "health", "remember"]);
+    assert_eq!(
+        names,
+        ["find", "search", "recall", "bootstrap", "read", "list", "health", "remember", "write", "edit", "forget"]
+    );
     for version in [V_2025_11, V_2026] {
         let other = rpc(&app, version, "tools/list", &json!({})).await.result()["tools"].clone();
         assert_eq!(other, listed, "{version}");
@@ -776,12 +779,12 @@ async fn identity_is_rests_dev_headers_claims_or_a_refusal() {
 async fn unknown_tools_are_json_rpc_errors_in_every_revision() {
     let (app, _dirs) = default_app().await;
     for version in [V_2025_06, V_2025_11, V_2026] {
-        let http = rpc(&app, version, "tools/call", &json!({"name": "forget", "arguments": {}})).await;
+        let http = rpc(&app, version, "tools/call", &json!({"name": "unlink", "arguments": {}})).await;
         assert_eq!(http.status, 200, "{version}: {}", http.text);
         let json = http.json();
         assert!(json.get("result").is_none(), "{version}: {}", http.text);
         assert_eq!(json["error"]["code"], -32602, "{version}: {}", http.text);
-        assert_eq!(json["error"]["message"], "Unknown tool: forget", "{version}: {}", http.text);
+        assert_eq!(json["error"]["message"], "Unknown tool: unlink", "{version}: {}", http.text);
     }
     // A known tool in 2026-07-28 works the same as in the older revisions.
     let params = json!({"name": "find", "arguments": {"query": "search service ranking", "limit": 2}});
@@ -915,5 +918,38 @@ async fn remember_keeps_messages_that_find_returns() {
         let refused =
             outcome(&rpc(&app, V_2025_06, "tools/call", &json!({"name": "remember", "arguments": arguments})).await);
         assert!(refused.is_error && refused.text.contains(says), "{arguments}: {}", refused.text);
+    }
+}
+
+/// A wrong memory is corrected and then forgotten through the tools, and
+/// `find` follows each step: the written text is found, the edited text
+/// replaces it, and after `forget` nothing is left; a refusal is the
+/// tool's error, naming the argument or the rule.
+#[tokio::test]
+async fn write_edit_and_forget_change_what_find_returns() {
+    let (app, _dirs) = default_app().await;
+    let uri = "viking://~/memories/entities/biscuit.md";
+    let wrote = text(&app, "write", &json!({"uri": uri, "content": "Biscuit the dog is allergic to chicken."})).await;
+    assert!(wrote.starts_with("Wrote viking://user/default/memories/entities/biscuit.md (created"), "{wrote}");
+    let found = text(&app, "find", &json!({"query": "what is Biscuit allergic to", "limit": 3})).await;
+    assert!(found.contains("biscuit.md"), "{found}");
+    let edited = text(&app, "edit", &json!({"uri": uri, "old_string": "chicken", "new_string": "salmon"})).await;
+    assert!(edited.starts_with("Edited viking://user/default/memories/entities/biscuit.md"), "{edited}");
+    let read = text(&app, "read", &json!({"uris": [uri]})).await;
+    assert!(read.contains("allergic to salmon") && !read.contains("chicken"), "{read}");
+    let forgot = text(&app, "forget", &json!({"uri": uri})).await;
+    assert!(forgot.starts_with("Removed 1 file(s)"), "{forgot}");
+    let found = text(&app, "find", &json!({"query": "what is Biscuit allergic to", "limit": 10})).await;
+    assert!(!found.contains("biscuit.md"), "{found}");
+
+    for (name, arguments, says) in [
+        ("write", json!({"uri": "viking://user/bob/x.md", "content": "x"}), "PERMISSION_DENIED"),
+        ("write", json!({"uri": uri}), "content"),
+        ("edit", json!({"uri": uri, "old_string": "a", "new_string": "b"}), "NOT_FOUND"),
+        ("forget", json!({"uri": "viking://~/memories"}), "recursive"),
+        ("forget", json!({"uri": uri}), "NOT_FOUND"),
+    ] {
+        let refused = error(&app, name, &arguments).await;
+        assert!(refused.contains(says), "{name} {arguments}: {refused}");
     }
 }
