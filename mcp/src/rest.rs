@@ -37,6 +37,10 @@ pub(crate) enum Route {
     Edit,
     /// `DELETE /api/v1/fs?uri=…`.
     Remove,
+    /// `POST /api/v1/search/grep`.
+    Grep,
+    /// `POST /api/v1/search/glob`.
+    Glob,
 }
 
 impl Route {
@@ -53,6 +57,8 @@ impl Route {
             Self::Write => "/api/v1/content/write",
             Self::Edit => "/api/v1/content/edit",
             Self::Remove => "/api/v1/fs",
+            Self::Grep => "/api/v1/search/grep",
+            Self::Glob => "/api/v1/search/glob",
         }
     }
 
@@ -117,9 +123,14 @@ pub(crate) async fn call_at(
         Route::Search => skald::api::search::handle(app, request).await,
         Route::Recall => skald::api::recall::handle(app, request).await,
         Route::Bootstrap => skald::api::bootstrap::handle(app, request).await,
-        Route::Read | Route::List | Route::Health | Route::Write | Route::Edit | Route::Remove => {
-            skald::api::content::handle(app, request).await
-        }
+        Route::Read
+        | Route::List
+        | Route::Health
+        | Route::Write
+        | Route::Edit
+        | Route::Remove
+        | Route::Grep
+        | Route::Glob => skald::api::content::handle(app, request).await,
         Route::Sessions => skald::api::sessions::handle(app, request).await,
     };
     let status = response.status();

@@ -75,12 +75,14 @@ enum ToolName {
     Remember,
     Write,
     Edit,
+    Grep,
+    Glob,
     Forget,
 }
 
 impl ToolName {
     /// Every tool, in the order [`list`] gives them.
-    const ALL: [Self; 11] = [
+    const ALL: [Self; 13] = [
         Self::Find,
         Self::Search,
         Self::Recall,
@@ -91,6 +93,8 @@ impl ToolName {
         Self::Remember,
         Self::Write,
         Self::Edit,
+        Self::Grep,
+        Self::Glob,
         Self::Forget,
     ];
 
@@ -108,6 +112,8 @@ impl ToolName {
             Self::Write => "write",
             Self::Edit => "edit",
             Self::Forget => "forget",
+            Self::Grep => "grep",
+            Self::Glob => "glob",
         }
     }
 
@@ -413,6 +419,28 @@ fn build() -> Vec<Tool> {
         },
         "required": ["uri"]
     });
+    let grep_schema = json!({
+        "type": "object",
+        "properties": {
+            "uri": { "type": "string", "description": "Where to search: a viking:// file or directory, e.g. viking://~/memories or viking://resources." },
+            "pattern": {
+                "type": "array", "items": { "type": "string" },
+                "description": "Regular expressions (any one matches; one as a plain string is accepted too)."
+            },
+            "case_insensitive": { "type": "boolean", "default": false, "description": "Ignore ASCII case." },
+            "node_limit": { "type": "integer", "minimum": 1, "maximum": 10000, "default": 10, "description": "Most matching lines to return." }
+        },
+        "required": ["uri", "pattern"]
+    });
+    let glob_schema = json!({
+        "type": "object",
+        "properties": {
+            "pattern": { "type": "string", "description": "A glob over paths below uri, e.g. **/*.md or memories/preferences/*." },
+            "uri": { "type": "string", "default": "viking://", "description": "Where to look; default everything the caller may see." },
+            "node_limit": { "type": "integer", "minimum": 1, "maximum": 10000, "default": 100, "description": "Most URIs to return." }
+        },
+        "required": ["pattern"]
+    });
     vec![
         tool(
             "find",
@@ -471,6 +499,20 @@ fn build() -> Vec<Tool> {
             "Replace a string in a file of the memory tree (once, unless replace_all), e.g. to correct a wrong fact in a memory.",
             edit_schema,
             false,
+        ),
+        tool(
+            "grep",
+            "Grep",
+            "Search the text of the files below a viking:// URI for lines matching a regular expression: one 'uri:line: text' per match. For exact words, names and identifiers; use find for meaning.",
+            grep_schema,
+            true,
+        ),
+        tool(
+            "glob",
+            "Glob",
+            "List the files below a viking:// URI whose path matches a glob (e.g. **/*.md): one URI per line.",
+            glob_schema,
+            true,
         ),
         destructive(tool(
             "forget",
@@ -539,6 +581,8 @@ pub(crate) async fn call(
             ToolName::Write => write(&ctx, args).await,
             ToolName::Edit => edit(&ctx, args).await,
             ToolName::Forget => forget(&ctx, args).await,
+            ToolName::Grep => grep(&ctx, args).await,
+            ToolName::Glob => glob(&ctx, args).await,
         }
     });
     let outcome = match deadline {
@@ -830,6 +874,42 @@ async fn forget(ctx: &Ctx<'_>, mut args: Args) -> Result<String, String> {
     let query = [("uri", uri.as_str()), ("recursive", if recursive { "true" } else { "false" })];
     let r = ctx.get(Route::Remove, &query, &[]).await?.result;
     Ok(format!("Removed {} file(s) at {} (index: {}).", r["deleted"], text(&r["uri"]), text(&r["status"])))
+}
+
+async fn grep(ctx: &Ctx<'_>, mut args: Args) -> Result<String, String> {
+    let mut body = Map::new();
+    args.pass(&mut body, &["uri", "pattern", "case_insensitive"]);
+    body.insert("node_limit".into(), args.take("node_limit").unwrap_or(json!(10)));
+    let answer = ctx.post(Route::Grep, &body, &[]).await?;
+    let r = &answer.result;
+    let matches = r["matches"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if matches.is_empty() {
+        return Ok(format!("No matches ({} file(s) searched).", r["files_scanned"]));
+    }
+    let mut lines: Vec<String> =
+        matches.iter().map(|m| format!("{}:{}: {}", text(&m["uri"]), m["line"], text(&m["content"]))).collect();
+    let (shown, total) = (r["count"].as_u64().unwrap_or(0), r["match_count"].as_u64().unwrap_or(0));
+    if shown < total || answer.truncated {
+        lines.push(format!("[{shown} of {total} matching lines shown; narrow uri or pattern, or raise node_limit]"));
+    }
+    Ok(lines.join("\n"))
+}
+
+async fn glob(ctx: &Ctx<'_>, mut args: Args) -> Result<String, String> {
+    let mut body = Map::new();
+    args.pass(&mut body, &["pattern", "uri"]);
+    body.insert("node_limit".into(), args.take("node_limit").unwrap_or(json!(100)));
+    let answer = ctx.post(Route::Glob, &body, &[]).await?;
+    let matches = answer.result["matches"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if matches.is_empty() {
+        return Ok("No files match.".to_owned());
+    }
+    let mut lines: Vec<&str> = matches.iter().map(text).collect();
+    let more = "[more files match; narrow uri or pattern, or raise node_limit]";
+    if answer.truncated {
+        lines.push(more);
+    }
+    Ok(lines.join("\n"))
 }
 
 /// A JSON string's text (empty for anything else).

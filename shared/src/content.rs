@@ -176,6 +176,57 @@ impl<'a> Content<'a> {
         tree_key(&self.identity.account, uri)
     }
 
+    /// The files at and below `uri` (already authorised) that the caller
+    /// may see, with their sizes, in key order: `uri` itself when it is a
+    /// file, else every object below it; below an ancestor of the visible
+    /// roots (`viking://`), only the visible roots. At most `max` (and
+    /// whether more were there).
+    ///
+    /// Cost: one HEAD per root, and the listing of everything below it
+    /// (one LIST per 1,000 names).
+    ///
+    /// # Errors
+    /// [`ContentError::NotFound`] when nothing is at `uri`; store errors.
+    pub async fn files_below(
+        &self,
+        uri: &VikingUri,
+        max: usize,
+    ) -> Result<(Vec<(VikingUri, u64)>, bool), ContentError> {
+        let visible = self.identity.visible_roots();
+        let roots: Vec<VikingUri> = if visible.iter().any(|root| uri.is_under(root)) {
+            vec![uri.clone()]
+        } else {
+            visible.into_iter().filter(|root| root.is_under(uri)).collect()
+        };
+        let (mut out, mut truncated) = (Vec::new(), false);
+        for root in &roots {
+            match self.store.head(&self.key(root)).await {
+                Ok(meta) if !root.path().is_empty() => {
+                    out.push((root.clone(), meta.size));
+                    continue;
+                }
+                Ok(_) | Err(StoreError::NotFound(_) | StoreError::InvalidKey(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+            for meta in self.store.list(&format!("{}/", self.key(root))).await? {
+                let Some(file) = crate::uri::uri_for_tree_key(&self.identity.account, &meta.key) else { continue };
+                if self.identity.is_other_peer(&file) {
+                    continue;
+                }
+                if out.len() >= max {
+                    truncated = true;
+                    break;
+                }
+                out.push((file, meta.size));
+            }
+        }
+        if out.is_empty() && roots.len() == 1 && roots[0] == *uri && !uri.path().is_empty() && !self.is_dir(uri).await?
+        {
+            return Err(ContentError::NotFound { kind: "File", uri: uri.clone() });
+        }
+        Ok((out, truncated))
+    }
+
     async fn is_dir(&self, uri: &VikingUri) -> Result<bool, ContentError> {
         let listing = self.store.list_dir(&self.key(uri), 1).await?;
         Ok(!listing.files.is_empty() || !listing.dirs.is_empty())

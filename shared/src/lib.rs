@@ -12,6 +12,7 @@ pub mod config;
 pub mod content;
 pub mod deadline;
 pub mod embed;
+pub mod explore;
 pub mod find;
 pub mod identity;
 pub mod index;

@@ -63,6 +63,9 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
     if let Some(write) = super::write::route(path) {
         return super::write::handle(app, write, &request).await;
     }
+    if let Some(explore) = super::explore::route(path) {
+        return super::explore::handle(app, explore, &request).await;
+    }
     let Some(route) = route(path) else {
         return error_response(&ApiError::NotFound(format!("no route {} {path}", request.method())));
     };

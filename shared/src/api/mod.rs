@@ -19,6 +19,7 @@ pub mod auth;
 pub mod bootstrap;
 pub mod content;
 pub mod error;
+pub mod explore;
 pub mod fields;
 pub mod find;
 pub mod payload;

@@ -212,3 +212,43 @@ async fn a_users_token_writes_its_own_tree_only() {
     assert_eq!((shared.status, shared.json["error"]["code"].as_str()), (403, Some("PERMISSION_DENIED")));
     assert!(shared.text.contains("admin"), "{}", shared.text);
 }
+
+/// `search/grep` and `search/glob` over REST: the tenancy of `find` (a
+/// search from `viking://` sees the caller's tree and the shared roots,
+/// never another user's), the bounds said, and refusals naming the field.
+#[tokio::test]
+async fn grep_and_glob_see_what_find_sees() {
+    let (app, _dirs) = app().await;
+    for (user, text) in [("default", "the launch code is 0000"), ("bob", "bob's launch code is 1234")] {
+        let headers = [("x-openviking-user", user)];
+        let body = json!({"uri": "viking://~/notes/codes.md", "content": text});
+        let reply = call(&app, Handler::Content, "POST", "/api/v1/content/write", &headers, Some(&body)).await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+    }
+    let reply = post(&app, "/api/v1/search/grep", &json!({"uri": "viking://", "pattern": "launch code"})).await;
+    let matches = ok(&reply)["matches"].as_array().cloned().unwrap_or_default();
+    assert_eq!(matches.len(), 1, "{}", reply.text);
+    assert_eq!(
+        matches[0],
+        json!({"uri": "viking://user/default/notes/codes.md", "line": 1, "content": "the launch code is 0000"})
+    );
+    let reply = post(&app, "/api/v1/search/glob", &json!({"pattern": "**/codes.md"})).await;
+    assert_eq!(ok(&reply)["matches"], json!(["viking://user/default/notes/codes.md"]), "{}", reply.text);
+    // A node limit below what matches: cut, and said.
+    let reply = post(&app, "/api/v1/search/glob", &json!({"pattern": "**/*.md", "node_limit": 1})).await;
+    assert_eq!((ok(&reply)["count"].as_u64(), reply.json["truncated"].as_bool()), (Some(1), Some(true)));
+    let cases: Vec<(&str, Value, u16, &str)> = vec![
+        ("/api/v1/search/grep", json!({"uri": "viking://user/bob", "pattern": "x"}), 403, "viking://user/bob"),
+        ("/api/v1/search/grep", json!({"uri": "viking://~/nothing", "pattern": "x"}), 404, "nothing"),
+        ("/api/v1/search/grep", json!({"uri": "viking://~", "pattern": "a("}), 400, "pattern"),
+        ("/api/v1/search/grep", json!({"uri": "viking://~"}), 400, "pattern"),
+        ("/api/v1/search/grep", json!({"uri": "viking://~", "pattern": "x", "node_limit": 0}), 400, "node_limit"),
+        ("/api/v1/search/glob", json!({"pattern": "{a,b"}), 400, "pattern"),
+        ("/api/v1/search/glob", json!({"pattern": "*", "uri": "viking://~/../x"}), 400, "uri"),
+    ];
+    for (path, body, status, needle) in cases {
+        let reply = post(&app, path, &body).await;
+        assert_eq!(reply.status, status, "{path} {body}: {}", reply.text);
+        assert!(reply.text.contains(needle), "{path} {body}: {needle:?} not in {}", reply.text);
+    }
+}

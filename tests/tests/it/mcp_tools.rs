@@ -231,7 +231,7 @@ async fn initialize_answers_each_protocol_version_without_a_session() {
     assert_eq!(versions, [V_2025_06, V_2025_11, V_2026], "{}", http.text);
     assert_eq!(result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "skald", "{}", http.text);
     let tools = rpc(&app, V_2026, "tools/list", &json!({})).await.result();
-    assert_eq!(tools["tools"].as_array().map(Vec::len), Some(11), "{tools}");
+    assert_eq!(tools["tools"].as_array().map(Vec::len), Some(13), "{tools}");
     // An `initialize` naming a revision without one (or one not served)
     // gets the newest served revision that has it.
     for asked in [V_2026, "2024-11-05"] {
@@ -251,7 +251,21 @@ async fn the_tool_list_matches_its_snapshot_in_every_revision() {
     let names: Vec<&str> = listed.as_array().into_iter().flatten().filter_map(|t| t["name"].as_str()).collect();
     assert_eq!(
         names,
-        ["find", "search", "recall", "bootstrap", "read", "list", "health", "remember", "write", "edit", "forget"]
+        [
+            "find",
+            "search",
+            "recall",
+            "bootstrap",
+            "read",
+            "list",
+            "health",
+            "remember",
+            "write",
+            "edit",
+            "grep",
+            "glob",
+            "forget"
+        ]
     );
     for version in [V_2025_11, V_2026] {
         let other = rpc(&app, version, "tools/list", &json!({})).await.result()["tools"].clone();
@@ -952,4 +966,30 @@ async fn write_edit_and_forget_change_what_find_returns() {
         let refused = error(&app, name, &arguments).await;
         assert!(refused.contains(says), "{name} {arguments}: {refused}");
     }
+}
+
+/// `grep` and `glob` find what `find`'s meaning misses: an exact word in
+/// the text, a name in the tree; each answer says when it was cut.
+#[tokio::test]
+async fn grep_and_glob_find_words_and_names() {
+    let (app, _dirs) = default_app().await;
+    text(&app, "write", &json!({"uri": "viking://~/notes/a.md", "content": "first line\nthe code is ZX-81\nlast"}))
+        .await;
+    text(&app, "write", &json!({"uri": "viking://~/notes/b.md", "content": "zx-81 again"})).await;
+    let found = text(&app, "grep", &json!({"uri": "viking://~/notes", "pattern": "ZX-81"})).await;
+    assert_eq!(found, "viking://user/default/notes/a.md:2: the code is ZX-81", "{found}");
+    let found = text(
+        &app,
+        "grep",
+        &json!({"uri": "viking://~/notes", "pattern": ["zx-81"], "case_insensitive": true, "node_limit": 1}),
+    )
+    .await;
+    assert!(found.starts_with("viking://user/default/notes/a.md:2:"), "{found}");
+    assert!(found.ends_with("[1 of 2 matching lines shown; narrow uri or pattern, or raise node_limit]"), "{found}");
+    let listed = text(&app, "glob", &json!({"pattern": "notes/*.md", "uri": "viking://~"})).await;
+    assert_eq!(listed, "viking://user/default/notes/a.md\nviking://user/default/notes/b.md");
+    let refused = error(&app, "grep", &json!({"uri": "viking://~/notes", "pattern": "(unclosed"})).await;
+    assert!(refused.starts_with("INVALID_ARGUMENT: Invalid arguments: pattern:"), "{refused}");
+    let refused = error(&app, "glob", &json!({"pattern": "*.md", "uri": "viking://user/bob"})).await;
+    assert!(refused.starts_with("PERMISSION_DENIED"), "{refused}");
 }

@@ -133,9 +133,11 @@ const MKDIR: &str = "/api/v1/fs/mkdir";
 const MV: &str = "/api/v1/fs/mv";
 /// `DELETE /api/v1/fs`.
 const REMOVE: &str = "/api/v1/fs";
-/// The write routes, also served by the `content` function
-/// (`skald::api::write`).
-const WRITE_ROUTES: [&str; 5] = [WRITE, EDIT, MKDIR, MV, REMOVE];
+const GREP: &str = "/api/v1/search/grep";
+const GLOB: &str = "/api/v1/search/glob";
+/// The write and explore routes, also served by the `content` function
+/// (`skald::api::write`, `skald::api::explore`).
+const WRITE_ROUTES: [&str; 7] = [WRITE, EDIT, MKDIR, MV, REMOVE, GREP, GLOB];
 /// What `DELETE /api/v1/fs`'s base query removes and `fs/mv`'s base body
 /// moves away; written back before each request to them ([`reset`]), so
 /// every request finds it.
@@ -360,6 +362,8 @@ fn base_body(path: &str) -> Map<String, Value> {
         // The same word back: every request finds it once.
         EDIT => json!({ "uri": format!("viking://{REMOVE_TARGET}"), "old_string": "old", "new_string": "old" }),
         MKDIR => json!({ "uri": "viking://~/projects" }),
+        GREP => json!({ "uri": "viking://~/memories", "pattern": "kubernetes" }),
+        GLOB => json!({ "pattern": "**/*.md" }),
         MV => json!({ "from_uri": format!("viking://{REMOVE_TARGET}"), "to_uri": format!("viking://{MOVED_TARGET}") }),
         _ => json!({}),
     };
@@ -727,6 +731,8 @@ fn request_bodies_list_exactly_the_accepted_fields() {
         (EDIT, names(skald::api::write::EDIT_FIELDS)),
         (MKDIR, names(skald::api::write::MKDIR_FIELDS)),
         (MV, names(skald::api::write::MV_FIELDS)),
+        (GREP, names(skald::api::explore::GREP_FIELDS)),
+        (GLOB, names(skald::api::explore::GLOB_FIELDS)),
     ]
     .into_iter()
     .collect();
