@@ -26,6 +26,8 @@ pub(crate) enum Route {
     Read,
     /// `GET /api/v1/fs/ls?uri=…`.
     List,
+    /// `GET /api/v1/fs/tree?uri=…`.
+    Tree,
     /// `GET /health`.
     Health,
     /// `POST /api/v1/sessions/…` (the path given with the call:
@@ -52,6 +54,7 @@ impl Route {
             Self::Bootstrap => "/api/v1/search/bootstrap",
             Self::Read => "/api/v1/content/read",
             Self::List => "/api/v1/fs/ls",
+            Self::Tree => "/api/v1/fs/tree",
             Self::Health => "/health",
             Self::Sessions => "/api/v1/sessions",
             Self::Write => "/api/v1/content/write",
@@ -125,6 +128,7 @@ pub(crate) async fn call_at(
         Route::Bootstrap => skald::api::bootstrap::handle(app, request).await,
         Route::Read
         | Route::List
+        | Route::Tree
         | Route::Health
         | Route::Write
         | Route::Edit

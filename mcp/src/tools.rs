@@ -71,6 +71,7 @@ enum ToolName {
     Bootstrap,
     Read,
     List,
+    Tree,
     Health,
     Remember,
     Write,
@@ -82,13 +83,14 @@ enum ToolName {
 
 impl ToolName {
     /// Every tool, in the order [`list`] gives them.
-    const ALL: [Self; 13] = [
+    const ALL: [Self; 14] = [
         Self::Find,
         Self::Search,
         Self::Recall,
         Self::Bootstrap,
         Self::Read,
         Self::List,
+        Self::Tree,
         Self::Health,
         Self::Remember,
         Self::Write,
@@ -107,6 +109,7 @@ impl ToolName {
             Self::Bootstrap => "bootstrap",
             Self::Read => "read",
             Self::List => "list",
+            Self::Tree => "tree",
             Self::Health => "health",
             Self::Remember => "remember",
             Self::Write => "write",
@@ -360,6 +363,15 @@ fn build() -> Vec<Tool> {
         },
         "required": ["uri"]
     });
+    let tree_schema = json!({
+        "type": "object",
+        "properties": {
+            "uri": { "type": "string", "default": "viking://", "description": "The viking:// directory whose subtree to show; default everything the caller may see." },
+            "level_limit": { "type": "integer", "minimum": 1, "maximum": 20, "default": 3, "description": "Levels below uri to show." },
+            "node_limit": { "type": "integer", "minimum": 1, "maximum": 10000, "default": 1000, "description": "Most entries to show." },
+            "include_abstract": { "type": "boolean", "default": true, "description": "Show each entry's abstract." }
+        }
+    });
     let health_schema = json!({ "type": "object", "properties": {} });
     let remember_schema = json!({
         "type": "object",
@@ -478,6 +490,13 @@ fn build() -> Vec<Tool> {
             true,
         ),
         tool("list", "List", "List a viking:// directory: one line per entry with its abstract.", list_schema, true),
+        tool(
+            "tree",
+            "Tree",
+            "Show a viking:// directory's subtree, level by level: one line per entry with its abstract.",
+            tree_schema,
+            true,
+        ),
         tool("health", "Health", "Check the server: status, version and authentication mode.", health_schema, true),
         tool(
             "remember",
@@ -576,6 +595,7 @@ pub(crate) async fn call(
             ToolName::Bootstrap => bootstrap(&ctx, args).await,
             ToolName::Read => read(&ctx, args).await,
             ToolName::List => list_dir(&ctx, args).await,
+            ToolName::Tree => tree(&ctx, args).await,
             ToolName::Remember => remember(&ctx, args).await,
             ToolName::Health => health(&ctx).await,
             ToolName::Write => write(&ctx, args).await,
@@ -800,6 +820,23 @@ async fn list_dir(ctx: &Ctx<'_>, mut args: Args) -> Result<String, String> {
     let answer = ctx.get(Route::List, &query, &[]).await?;
     let entries = answer.result.as_array().map(Vec::as_slice).unwrap_or_default();
     Ok(render::listing(uri.trim(), entries, answer.truncated))
+}
+
+async fn tree(ctx: &Ctx<'_>, mut args: Args) -> Result<String, String> {
+    let uri = args.string("uri")?.unwrap_or_else(|| "viking://".to_owned());
+    let level = args.take("level_limit").map_or_else(|| "3".to_owned(), |v| query_value(&v));
+    let nodes = args.take("node_limit").map_or_else(|| "1000".to_owned(), |v| query_value(&v));
+    let output = if args.boolean("include_abstract")?.unwrap_or(true) { "agent" } else { "original" };
+    let query = [("uri", uri.as_str()), ("level_limit", &level), ("node_limit", &nodes), ("output", output)];
+    let answer = ctx.get(Route::Tree, &query, &[]).await?;
+    let entries = answer.result.as_array().map(Vec::as_slice).unwrap_or_default();
+    Ok(render::listing(uri.trim(), entries, answer.truncated))
+}
+
+/// An argument as a query parameter's text (a string as it is; a number
+/// or a boolean as JSON writes it), so REST validates it and names it.
+fn query_value(value: &Value) -> String {
+    value.as_str().map_or_else(|| value.to_string(), str::to_owned)
 }
 
 async fn health(ctx: &Ctx<'_>) -> Result<String, String> {

@@ -112,11 +112,17 @@ pub struct ListOptions {
     pub node_limit: usize,
     /// Characters an abstract keeps (longer ones end in `...`). Default 256.
     pub abs_limit: usize,
+    /// How many levels a recursive listing descends (at most
+    /// [`MAX_TREE_DEPTH`]). Default [`RECURSIVE_DEPTH`].
+    pub max_depth: usize,
 }
+
+/// The deepest a listing goes (`fs/tree`'s `level_limit`).
+pub const MAX_TREE_DEPTH: usize = 20;
 
 impl Default for ListOptions {
     fn default() -> Self {
-        Self { recursive: false, show_hidden: false, node_limit: 1000, abs_limit: 256 }
+        Self { recursive: false, show_hidden: false, node_limit: 1000, abs_limit: 256, max_depth: RECURSIVE_DEPTH }
     }
 }
 
@@ -444,7 +450,7 @@ impl<'a> Content<'a> {
             if !options.recursive || next.is_empty() || listing.entries.len() >= limit || bytes > MAX_LIST_BYTES {
                 break;
             }
-            if depth + 1 >= RECURSIVE_DEPTH {
+            if depth + 1 >= options.max_depth.clamp(1, MAX_TREE_DEPTH) {
                 listing.truncated = true;
                 break;
             }

@@ -6,6 +6,7 @@
 //! - `GET /api/v1/content/abstract?uri=`, `…/overview?uri=` — L0 / L1
 //! - `GET /api/v1/fs/ls?uri=&recursive=&output=agent|original&abs_limit=&node_limit=&limit=&show_all_hidden=&simple=`
 //! - `GET /api/v1/fs/stat?uri=`
+//! - `GET /api/v1/fs/tree?uri=&output=original|agent&abs_limit=&node_limit=&level_limit=&show_all_hidden=`
 //!
 //! Every URI goes through the tenancy of `find` ([`crate::content`]); a
 //! listing that was cut says so with a top-level `"truncated": true` beside
@@ -20,7 +21,7 @@ use super::fields::Query;
 use super::payload::{Budget, encoded_len, fit_text, largest_fitting, text_len};
 use super::{Admitted, admit_method, error_response, json_response, ok, within_deadline};
 use crate::app::App;
-use crate::content::{Content, Entry, Lines, ListOptions, MAX_NODE_LIMIT, MAX_READ_BYTES, slice_lines};
+use crate::content::{Content, Entry, Lines, ListOptions, MAX_NODE_LIMIT, MAX_READ_BYTES, MAX_TREE_DEPTH, slice_lines};
 use crate::uri::VikingUri;
 
 /// The version `GET /health` reports.
@@ -30,6 +31,10 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const DEFAULT_ABS_LIMIT: i64 = 256;
 /// Default entries of an `fs/ls` listing.
 pub const DEFAULT_NODE_LIMIT: i64 = 1000;
+/// Default characters of an abstract in an `fs/tree` agent entry.
+pub const DEFAULT_TREE_ABS_LIMIT: i64 = 128;
+/// Default levels of an `fs/tree` listing.
+pub const DEFAULT_LEVEL_LIMIT: i64 = 3;
 
 /// The routes this module serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +46,7 @@ enum Route {
     Overview,
     Ls,
     Stat,
+    Tree,
 }
 
 fn route(path: &str) -> Option<Route> {
@@ -52,6 +58,7 @@ fn route(path: &str) -> Option<Route> {
         "/api/v1/content/overview" => Route::Overview,
         "/api/v1/fs/ls" => Route::Ls,
         "/api/v1/fs/stat" => Route::Stat,
+        "/api/v1/fs/tree" => Route::Tree,
         _ => return None,
     })
 }
@@ -179,6 +186,7 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
                 show_hidden,
                 node_limit: usize::try_from(node_limit).unwrap_or(0),
                 abs_limit: usize::try_from(abs_limit).unwrap_or(0),
+                ..ListOptions::default()
             };
             if options.node_limit == 0 {
                 // Nothing to list, but a missing directory or a file is still an error.
@@ -201,7 +209,44 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
             let cut = fit_entries(&mut entries, budget);
             Ok((Value::Array(entries), listing.truncated || cut))
         }
+        Route::Tree => {
+            let uri = uri_param(&mut query);
+            let max = i64::try_from(MAX_NODE_LIMIT).unwrap_or(i64::MAX);
+            let deepest = i64::try_from(MAX_TREE_DEPTH).unwrap_or(i64::MAX);
+            let show_hidden = query.boolean("show_all_hidden").unwrap_or(false);
+            let agent = query.literal("output", &["agent", "original"]).is_some_and(|o| o == "agent");
+            let abs_limit = query.int("abs_limit", Some(1), Some(100_000)).unwrap_or(DEFAULT_TREE_ABS_LIMIT);
+            let node_limit = query.int("node_limit", Some(1), Some(max)).unwrap_or(DEFAULT_NODE_LIMIT);
+            let level_limit = query.int("level_limit", Some(1), Some(deepest)).unwrap_or(DEFAULT_LEVEL_LIMIT);
+            let uri = finish(query, uri)?;
+            let options = ListOptions {
+                recursive: true,
+                show_hidden,
+                node_limit: usize::try_from(node_limit).unwrap_or(1),
+                abs_limit: usize::try_from(abs_limit).unwrap_or(1),
+                max_depth: usize::try_from(level_limit).unwrap_or(1),
+            };
+            tree(app, admitted, &content, &uri, &options, agent).await
+        }
     }
+}
+
+/// `fs/tree`: a recursive listing `level_limit` levels deep, in the
+/// shape `fs/ls` gives (`output=original` by default, as the reference's
+/// SDK asks).
+async fn tree(
+    app: &App,
+    admitted: &Admitted<'_>,
+    content: &Content<'_>,
+    uri: &VikingUri,
+    options: &ListOptions,
+    agent: bool,
+) -> Result<(Value, bool), ApiError> {
+    let index = if agent { Some(crate::find::checked_index(app, &admitted.identity).await?) } else { None };
+    let listing = content.list(uri, options, index.as_ref()).await?;
+    let mut entries: Vec<Value> = listing.entries.iter().map(|e| entry_json(e, agent, true)).collect();
+    let cut = fit_entries(&mut entries, app.config.limits.response_budget());
+    Ok((Value::Array(entries), listing.truncated || cut))
 }
 
 /// `lines` of `text` as a read serves them: cut at [`MAX_READ_BYTES`], and

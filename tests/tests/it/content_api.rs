@@ -283,7 +283,8 @@ async fn bad_requests_are_refused_with_the_field_named() {
         ),
         ("POST", "/api/v1/fs/ls?uri=viking://resources", 405, "METHOD_NOT_ALLOWED", None),
         ("DELETE", "/health", 405, "METHOD_NOT_ALLOWED", None),
-        ("GET", "/api/v1/content/write?uri=viking://resources", 404, "NOT_FOUND", None),
+        ("GET", "/api/v1/content/upload?uri=viking://resources", 404, "NOT_FOUND", None),
+        ("GET", "/api/v1/content/write?uri=viking://resources", 405, "METHOD_NOT_ALLOWED", None),
     ];
     for (method, target, status, code, loc) in cases {
         let reply = call(&app, Handler::Content, method, target, &[], None).await;

@@ -231,7 +231,7 @@ async fn initialize_answers_each_protocol_version_without_a_session() {
     assert_eq!(versions, [V_2025_06, V_2025_11, V_2026], "{}", http.text);
     assert_eq!(result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "skald", "{}", http.text);
     let tools = rpc(&app, V_2026, "tools/list", &json!({})).await.result();
-    assert_eq!(tools["tools"].as_array().map(Vec::len), Some(13), "{tools}");
+    assert_eq!(tools["tools"].as_array().map(Vec::len), Some(14), "{tools}");
     // An `initialize` naming a revision without one (or one not served)
     // gets the newest served revision that has it.
     for asked in [V_2026, "2024-11-05"] {
@@ -258,6 +258,7 @@ async fn the_tool_list_matches_its_snapshot_in_every_revision() {
             "bootstrap",
             "read",
             "list",
+            "tree",
             "health",
             "remember",
             "write",
@@ -992,4 +993,15 @@ async fn grep_and_glob_find_words_and_names() {
     assert!(refused.starts_with("INVALID_ARGUMENT: Invalid arguments: pattern:"), "{refused}");
     let refused = error(&app, "glob", &json!({"pattern": "*.md", "uri": "viking://user/bob"})).await;
     assert!(refused.starts_with("PERMISSION_DENIED"), "{refused}");
+    // The tree shows both notes one level down, and stops where asked.
+    let shown = text(&app, "tree", &json!({"uri": "viking://~", "level_limit": 2})).await;
+    assert!(
+        shown.contains("- [dir] viking://user/default/notes")
+            && shown.contains("- [file] viking://user/default/notes/b.md"),
+        "{shown}"
+    );
+    let shallow = text(&app, "tree", &json!({"uri": "viking://~", "level_limit": 1})).await;
+    assert!(!shallow.contains("notes/a.md") && shallow.contains("[truncated"), "{shallow}");
+    let refused = error(&app, "tree", &json!({"uri": "viking://~", "level_limit": 0})).await;
+    assert!(refused.contains("level_limit"), "{refused}");
 }

@@ -133,11 +133,12 @@ const MKDIR: &str = "/api/v1/fs/mkdir";
 const MV: &str = "/api/v1/fs/mv";
 /// `DELETE /api/v1/fs`.
 const REMOVE: &str = "/api/v1/fs";
+const TREE: &str = "/api/v1/fs/tree";
 const GREP: &str = "/api/v1/search/grep";
 const GLOB: &str = "/api/v1/search/glob";
-/// The write and explore routes, also served by the `content` function
-/// (`skald::api::write`, `skald::api::explore`).
-const WRITE_ROUTES: [&str; 7] = [WRITE, EDIT, MKDIR, MV, REMOVE, GREP, GLOB];
+/// The other routes the `content` function serves: `fs/tree`, the writes
+/// and the explore routes (`skald::api::write`, `skald::api::explore`).
+const WRITE_ROUTES: [&str; 8] = [TREE, WRITE, EDIT, MKDIR, MV, REMOVE, GREP, GLOB];
 /// What `DELETE /api/v1/fs`'s base query removes and `fs/mv`'s base body
 /// moves away; written back before each request to them ([`reset`]), so
 /// every request finds it.
@@ -378,7 +379,7 @@ fn base_query(path: &str) -> &'static str {
     match path {
         READ => "uri=viking://~/memories/events/2025/04/02/cluster-upgrade.md",
         ABSTRACT | OVERVIEW | STAT => "uri=viking://resources/runbooks",
-        LS => "uri=viking://resources",
+        LS | TREE => "uri=viking://resources",
         REMOVE => "uri=viking://~/notes/old.md",
         _ => "",
     }
