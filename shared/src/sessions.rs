@@ -695,6 +695,17 @@ impl<'a> Sessions<'a> {
     }
 }
 
+/// One archive as `GET …/archives/{archive_id}` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArchiveView {
+    /// Its `.abstract.md` (empty when missing).
+    pub abstract_text: String,
+    /// Its `.overview.md` (empty when missing).
+    pub overview: String,
+    /// The messages it archived, oldest first.
+    pub messages: Vec<StoredMessage>,
+}
+
 /// The number of the archive a key under `history/archive_{N}/` names.
 #[must_use]
 pub fn archive_number(key: &str) -> Option<u64> {
@@ -1076,6 +1087,86 @@ impl Sessions<'_> {
             return Ok(None);
         }
         self.messages_at(id, (claim.from_seq..claim.to_seq).collect()).await.map(Some)
+    }
+
+    /// The user's sessions, in id order: at most `limit` (and whether
+    /// more exist).
+    ///
+    /// Cost: one LIST per 1,000 entries of the sessions directory.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn list(&self, limit: usize) -> Result<(Vec<SessionId>, bool), SessionError> {
+        let dir =
+            tree_key(&self.identity.account, &self.identity.user_root().join("sessions").expect("a constant name"));
+        let listing = self.store.list_dir(&dir, limit).await?;
+        let ids = listing.dirs.iter().filter_map(|name| SessionId::new(name).ok()).collect();
+        Ok((ids, listing.truncated))
+    }
+
+    /// Archive `index`'s abstract, overview and messages, or `None` when
+    /// the session or the archive is not there (or not finished).
+    ///
+    /// Cost: [`Sessions::archived_messages`] and two GETs beside it.
+    ///
+    /// # Errors
+    /// Store or decoding errors.
+    pub async fn archive(&self, id: &SessionId, index: u64) -> Result<Option<ArchiveView>, SessionError> {
+        let text = |name: &'static str| async move {
+            match self.store.get(&self.archive_key(id, index, name)).await {
+                Ok(object) => Ok(String::from_utf8_lossy(&object.body).into_owned()),
+                Err(StoreError::NotFound(_)) => Ok(String::new()),
+                Err(e) => Err(SessionError::from(e)),
+            }
+        };
+        let (messages, abstract_text, overview) =
+            tokio::join!(self.archived_messages(id, index), text(".abstract.md"), text(".overview.md"));
+        let Some(messages) = messages? else { return Ok(None) };
+        Ok(Some(ArchiveView { abstract_text: abstract_text?, overview: overview?, messages }))
+    }
+
+    /// Deletes session `id`: the event memories its archives made (the
+    /// episodes each archive lists), then every object of the session, its
+    /// meta last, so an interrupted delete is finished by a retry (the
+    /// session is still found until it is all gone). Returns the episodes
+    /// removed, for the index; `None` when there is no such session.
+    /// Memories a model extracted stay: they merge what several sessions
+    /// said, and are forgotten by their URI.
+    ///
+    /// Cost: a meta GET, the listing of the session (one LIST per 1,000
+    /// objects), a GET per archive's episode list, one DELETE per episode
+    /// and per object.
+    ///
+    /// # Errors
+    /// Store errors; what was deleted stays deleted.
+    pub async fn delete(&self, id: &SessionId) -> Result<Option<Vec<VikingUri>>, SessionError> {
+        if self.meta(id).await?.is_none() {
+            return Ok(None);
+        }
+        let prefix = format!("{}/", tree_key(&self.identity.account, &self.uri(id)));
+        let keys: Vec<String> = self.store.list(&prefix).await?.into_iter().map(|m| m.key).collect();
+        let events = self.identity.user_root().join("memories/events").expect("a constant path");
+        let mut episodes = Vec::new();
+        for key in keys.iter().filter(|k| k.ends_with("/.episodes.json")) {
+            let listed: Vec<String> = match self.store.get(key).await {
+                Ok(object) => serde_json::from_slice(&object.body).unwrap_or_default(),
+                Err(StoreError::NotFound(_)) => Vec::new(),
+                Err(e) => return Err(e.into()),
+            };
+            // Only event memories of this user, whatever a list says.
+            episodes.extend(
+                listed.iter().filter_map(|u| VikingUri::parse(u).ok()).filter(|u| u.is_under(&events) && *u != events),
+            );
+        }
+        for uri in &episodes {
+            self.store.delete(&tree_key(&self.identity.account, uri)).await?;
+        }
+        let meta = self.meta_key(id);
+        for key in keys.iter().filter(|k| **k != meta) {
+            self.store.delete(key).await?;
+        }
+        self.store.delete(&meta).await?;
+        Ok(Some(episodes))
     }
 
     /// Whether archive `index` of session `id` is still there (its claim).

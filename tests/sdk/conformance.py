@@ -8,7 +8,10 @@ URL is Skald's base URL; KEY an API key of user `default` of account
 `skald keys create --account default --user default`. It runs `find`,
 `search`, `search_context` (max_tokens, purpose, detail, quotas, and
 dedup_turns over a session written with `add_message`), `create_session`
-and the session's `load` through `SyncHTTPClient(url=..., api_key=...)`,
+and the session's `load`, the write surface (`write`, `tree`, `grep`,
+`glob`, `mkdir`, `mv`, `rm`; a shared root refused to a user key),
+`list_sessions` and `delete_session` through
+`SyncHTTPClient(url=..., api_key=...)`,
 and checks that a wrong key raises the SDK's authentication error and that
 a user key naming another user raises its permission error. Prints one
 line per check and `N passed, N failed`; exits 1 on any failure.
@@ -135,6 +138,45 @@ def main():
         assert dedup["status"] == "ok" and dedup["cooled"] >= 1, dedup
         again = [e["uri"] for e in second.get("entries") or []]
         assert NIANGAO not in again, again
+
+    notes = "viking://user/default/notes/sdk-conformance"
+
+    @check("write, tree, grep and glob: a note is written and found by the letter")
+    def _():
+        client.write(f"{notes}/todo.md", "Renew the quokka permit before May.", mode="replace")
+        client.write(f"{notes}/todo.md", "\nCall the vet.", mode="append")
+        assert client.read(f"{notes}/todo.md") == "Renew the quokka permit before May.\nCall the vet."
+        listed = [e["uri"] for e in client.tree("viking://user/default/notes", level_limit=3)]
+        assert f"{notes}/todo.md" in listed, listed
+        found = client.grep(notes, "quokka permit", case_insensitive=True)
+        assert [(m["uri"], m["line"]) for m in found["matches"]] == [(f"{notes}/todo.md", 1)], found
+        globbed = client.glob("**/todo.md", uri="viking://user/default/notes")
+        assert globbed["matches"] == [f"{notes}/todo.md"], globbed
+
+    @check("mkdir, mv and rm: the note moves, then is forgotten")
+    def _():
+        client.mkdir(f"{notes}/done", description="Finished items.")
+        client.mv(f"{notes}/todo.md", f"{notes}/done/todo.md")
+        assert client.read(f"{notes}/done/todo.md").startswith("Renew the quokka permit")
+        client.rm(notes, recursive=True)
+        found = client.grep("viking://user/default", "quokka permit")
+        assert found["matches"] == [], found
+
+    @check("a user key writing a shared root raises the SDK's permission error")
+    def _():
+        try:
+            client.write("viking://resources/sdk-conformance.md", "x")
+        except PermissionDeniedError:
+            return
+        raise AssertionError("a user key wrote viking://resources")
+
+    @check("list_sessions and delete_session")
+    def _():
+        listed = [s["session_id"] for s in client.list_sessions()]
+        assert state["session"] in listed, listed
+        client.delete_session(state["session"])
+        listed = [s["session_id"] for s in client.list_sessions()]
+        assert state["session"] not in listed, listed
 
     def refused(error, what, **client_args):
         """A find by a client made with `client_args` raises `error`."""

@@ -1,6 +1,11 @@
 //! The `sessions` routes, shapes as the reference:
 //!
 //! - `POST /api/v1/sessions` — create (an id may be given; else one is made)
+//! - `GET /api/v1/sessions` — the caller's sessions
+//! - `DELETE /api/v1/sessions/{id}` — the session, its archives and their
+//!   event memories
+//! - `GET /api/v1/sessions/{id}/archives/{archive_id}` — one archive:
+//!   abstract, overview and messages
 //! - `POST /api/v1/sessions/{id}/messages` — append one (creates the session)
 //! - `POST /api/v1/sessions/{id}/messages/batch` — append up to 100, in order
 //! - `GET /api/v1/sessions/{id}` — the session's counters
@@ -37,6 +42,9 @@ pub const COMMIT_FIELDS: &[&str] = &["keep_recent_count", "telemetry", "extracti
 /// implement.
 pub const UNSUPPORTED_COMMIT_FIELDS: &[&str] =
     &["retention_mode", "keep_recent_turn_count", "retained_message_token_budget", "min_raw_tail_steps"];
+
+/// The most sessions `GET /api/v1/sessions` lists (more: `"truncated": true`).
+pub const MAX_LISTED_SESSIONS: usize = 1000;
 
 /// The default `token_budget` of a session context, as the reference.
 pub const DEFAULT_CONTEXT_BUDGET: i64 = 128_000;
@@ -98,7 +106,10 @@ impl From<SessionError> for ApiError {
 #[derive(Debug, PartialEq, Eq)]
 enum Route {
     Create,
+    List,
     Get(String),
+    Delete(String),
+    Archive(String, String),
     Append(String),
     Batch(String),
     Commit(String),
@@ -113,8 +124,13 @@ fn route(method: &Method, path: &str) -> Result<Route, ApiError> {
     let parts: Vec<&str> = rest.split('/').skip(1).collect();
     let not_found = || ApiError::NotFound(format!("no route {method} {path}"));
     match (rest, parts.as_slice()) {
+        ("", _) if method == Method::GET => Ok(Route::List),
         ("", _) => want(&Method::POST, Route::Create),
+        (_, [id]) if method == Method::DELETE => Ok(Route::Delete((*id).to_owned())),
         (_, [id]) => want(&Method::GET, Route::Get((*id).to_owned())),
+        (_, [id, "archives", archive_id]) => {
+            want(&Method::GET, Route::Archive((*id).to_owned(), (*archive_id).to_owned()))
+        }
         (_, [id, "messages"]) => want(&Method::POST, Route::Append((*id).to_owned())),
         (_, [id, "messages", "batch"]) => want(&Method::POST, Route::Batch((*id).to_owned())),
         (_, [id, "commit"]) => want(&Method::POST, Route::Commit((*id).to_owned())),
@@ -144,7 +160,11 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
         Ok(r) => r,
         Err(e) => return error_response(&e),
     };
-    let method = if matches!(route, Route::Get(_) | Route::Context(_)) { Method::GET } else { Method::POST };
+    let method = match route {
+        Route::List | Route::Get(_) | Route::Context(_) | Route::Archive(..) => Method::GET,
+        Route::Delete(_) => Method::DELETE,
+        Route::Create | Route::Append(_) | Route::Batch(_) | Route::Commit(_) => Method::POST,
+    };
     let admitted = match admit_method(app, &request, &method).await {
         Ok(a) => a,
         Err(e) => return error_response(&e),
@@ -239,6 +259,52 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
                 "user": { "account_id": admitted.identity.account.as_str(), "user_id": admitted.identity.user.as_str() },
                 "created_at": meta.created_at,
             }))
+        }
+        Route::List => {
+            query.finish()?;
+            let (ids, more) = sessions.list(MAX_LISTED_SESSIONS).await?;
+            cut = more;
+            let listed: Vec<Value> =
+                ids.iter().map(|id| json!({ "session_id": id.as_str(), "uri": sessions.uri(id).as_str() })).collect();
+            Ok(Value::Array(listed))
+        }
+        Route::Delete(id) => {
+            let id = session_id(&id, None)?;
+            let removed = sessions
+                .delete(&id)
+                .await?
+                .ok_or_else(|| ApiError::NotFound(format!("session {} not found", id.as_str())))?;
+            let indexed = if removed.is_empty() || !app.config.memory_index_inline() {
+                true
+            } else {
+                crate::memory::index_now(app, &admitted.identity, &removed, admitted.now)
+                    .await
+                    .map_err(|e| tracing::warn!(error = %e, "a deleted session's episodes stay in the index until the indexer runs"))
+                    .is_ok()
+            };
+            Ok(json!({ "session_id": id.as_str(), "deleted_memories": removed.len(), "index_updated": indexed }))
+        }
+        Route::Archive(id, archive_id) => {
+            let id = session_id(&id, None)?;
+            let not_found = || ApiError::NotFound(format!("archive {archive_id} of session {} not found", id.as_str()));
+            let index = crate::sessions::archive_number(&archive_id)
+                .filter(|n| crate::sessions::archive_name(*n) == archive_id)
+                .ok_or_else(not_found)?;
+            let archive = sessions.archive(&id, index).await?.ok_or_else(not_found)?;
+            let messages: Vec<Value> = archive.messages.iter().map(message_json).collect();
+            let shown = |k: usize| {
+                json!({
+                    "archive_id": archive_id,
+                    "abstract": archive.abstract_text,
+                    "overview": archive.overview,
+                    "messages": &messages[..k],
+                })
+            };
+            // Up to 2,000 messages: the oldest that fit a response.
+            let budget = app.config.limits.response_budget();
+            let k = largest_fitting(messages.len(), |k| budget.fits(&shown(k)));
+            cut = k < messages.len();
+            Ok(shown(k))
         }
         Route::Get(id) => {
             let id = session_id(&id, None)?;

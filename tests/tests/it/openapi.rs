@@ -143,6 +143,9 @@ const WRITE_ROUTES: [&str; 8] = [TREE, WRITE, EDIT, MKDIR, MV, REMOVE, GREP, GLO
 /// moves away; written back before each request to them ([`reset`]), so
 /// every request finds it.
 const REMOVE_TARGET: &str = "user/default/notes/old.md";
+/// The session `DELETE /api/v1/sessions/{id}` removes, made again before
+/// each request ([`reset`]).
+const DELETED_SESSION: &str = "openapi-drift-deleted";
 /// Where `fs/mv`'s base body moves [`REMOVE_TARGET`] (removed by [`reset`]).
 const MOVED_TARGET: &str = "user/default/archive/old.md";
 /// The `mcp` function's one path.
@@ -211,8 +214,15 @@ impl Operation<'_> {
     /// The path with `{id}` filled in and, for a GET route with query
     /// parameters, the query it needs besides the parameter under test.
     fn url(&self) -> String {
-        let id = if self.path.starts_with("/api/v1/tasks") { session_task() } else { SESSION.to_owned() };
-        let path = self.path.replace("{id}", &id);
+        let id = if self.path.starts_with("/api/v1/tasks") {
+            session_task()
+        } else if self.method == "DELETE" {
+            // A session of its own, made again before each request ([`reset`]).
+            DELETED_SESSION.to_owned()
+        } else {
+            SESSION.to_owned()
+        };
+        let path = self.path.replace("{id}", &id).replace("{archive_id}", "archive_001");
         match base_query(&self.path) {
             "" => path,
             query => format!("{path}?{query}"),
@@ -409,8 +419,12 @@ async fn send_to(app: &Arc<App>, op: &Operation<'_>, url: &str, headers: &[(&str
 }
 
 /// Puts back what a delete or a move of the base requests changed:
-/// [`REMOVE_TARGET`] is there and [`MOVED_TARGET`] is not.
+/// [`REMOVE_TARGET`] and [`DELETED_SESSION`] are there and
+/// [`MOVED_TARGET`] is not.
 async fn reset(app: &Arc<App>) {
+    let body = json!({ "session_id": DELETED_SESSION });
+    let made = call(app, Handler::Sessions, "POST", SESSIONS, &[], Some(&body)).await;
+    assert_eq!(made.status, 200, "make the session a delete removes: {}", made.text);
     let key = |path: &str| format!("accounts/default/tree/{path}");
     let body = bytes::Bytes::from_static(b"An old note.");
     app.store.put(&key(REMOVE_TARGET), body, skald::store::PutMode::Overwrite).await.expect("put the target back");

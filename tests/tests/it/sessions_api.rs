@@ -509,10 +509,11 @@ async fn a_missing_session_is_not_found_and_wrong_methods_are_refused() {
     );
     let message = json!({"role": "user", "content": "x"});
     for (method, path) in [
-        ("GET", SESSIONS_PATH.to_owned()),
+        ("DELETE", SESSIONS_PATH.to_owned()),
         ("PUT", SESSIONS_PATH.to_owned()),
         ("POST", session_path("s1")),
-        ("DELETE", session_path("s1")),
+        ("PATCH", session_path("s1")),
+        ("POST", format!("{}/archives/archive_001", session_path("s1"))),
         ("GET", messages_path("s1")),
         ("PUT", messages_path("s1")),
         ("GET", batch_path("s1")),
@@ -520,6 +521,8 @@ async fn a_missing_session_is_not_found_and_wrong_methods_are_refused() {
         let reply = call(&app, Handler::Sessions, method, &path, &[], Some(&message)).await;
         refused(&reply, 405, "METHOD_NOT_ALLOWED");
     }
+    // A missing session is not deleted, and nothing is made.
+    refused(&call(&app, Handler::Sessions, "DELETE", &session_path("s1"), &[], None).await, 404, "NOT_FOUND");
     // Unknown routes under the prefix.
     let reply = call(&app, Handler::Sessions, "POST", &format!("{}/commit", session_path("s1")), &[], None).await;
     refused(&reply, 404, "NOT_FOUND");
@@ -546,4 +549,57 @@ async fn a_session_context_past_the_response_limit_keeps_its_newest_messages_and
     let last = messages.last().and_then(|m| m["parts"][0]["text"].as_str()).unwrap_or_default();
     assert!(last.starts_with("message 29:"), "the newest message is kept: {last:.40}");
     assert_eq!(context["estimatedTokens"], context["stats"]["activeTokens"], "no archive: the counts follow the cut");
+}
+
+/// The caller's sessions are listed; an archive is read back whole; a
+/// deleted session takes its archives and event memories with it (`find`
+/// no longer returns them), and is then not found; another user never
+/// sees or deletes it.
+#[tokio::test]
+async fn sessions_are_listed_read_by_archive_and_deleted_with_their_memories() {
+    let (store, _dir) = local_store();
+    let app = app_over_store(store);
+    for id in ["beta", "alpha"] {
+        let said = json!({"messages": [
+            {"role": "user", "content": format!("session {id}: the quince jam needs 40 minutes")},
+            {"role": "assistant", "content": "Noted: 40 minutes for the quince jam."},
+        ]});
+        assert_eq!(sessions_post(&app, &batch_path(id), &said).await.status, 200);
+    }
+    let committed = sessions_post(&app, &format!("{SESSIONS_PATH}/alpha/commit"), &json!({})).await;
+    assert_eq!(ok(&committed)["archive_uri"], "viking://user/default/sessions/alpha/history/archive_001");
+    let listed = sessions_get(&app, SESSIONS_PATH).await;
+    let ids: Vec<&str> =
+        ok(&listed).as_array().into_iter().flatten().filter_map(|s| s["session_id"].as_str()).collect();
+    assert_eq!(ids, ["alpha", "beta"], "{}", listed.text);
+
+    let archive = sessions_get(&app, &format!("{SESSIONS_PATH}/alpha/archives/archive_001")).await;
+    let messages = ok(&archive)["messages"].as_array().cloned().unwrap_or_default();
+    assert_eq!(messages.len(), 2, "{}", archive.text);
+    assert_eq!(messages[0]["parts"][0]["text"], "session alpha: the quince jam needs 40 minutes");
+    assert!(ok(&archive)["overview"].as_str().is_some_and(|o| !o.is_empty()), "{}", archive.text);
+    for missing in ["archive_002", "archive_1", "../meta.json", "x"] {
+        let reply = sessions_get(&app, &format!("{SESSIONS_PATH}/alpha/archives/{missing}")).await;
+        refused(&reply, 404, "NOT_FOUND");
+    }
+
+    let find = |app: Arc<App>| async move {
+        let body = json!({"query": "quince jam minutes", "search_type": "keywords", "limit": 10});
+        let reply = call(&app, Handler::Find, "POST", "/api/v1/search/find", &[], Some(&body)).await;
+        ok(&reply)["memories"].as_array().cloned().unwrap_or_default().len()
+    };
+    assert_eq!(find(Arc::clone(&app)).await, 1, "the committed session's episode is found");
+    // Another user neither sees nor deletes it.
+    let bob = [("x-openviking-user", "bob")];
+    refused(&call(&app, Handler::Sessions, "DELETE", &session_path("alpha"), &bob, None).await, 404, "NOT_FOUND");
+    let theirs = call(&app, Handler::Sessions, "GET", SESSIONS_PATH, &bob, None).await;
+    assert_eq!(ok(&theirs), &json!([]), "{}", theirs.text);
+
+    let deleted = call(&app, Handler::Sessions, "DELETE", &session_path("alpha"), &[], None).await;
+    assert_eq!(ok(&deleted), &json!({"session_id": "alpha", "deleted_memories": 1, "index_updated": true}));
+    assert_eq!(find(Arc::clone(&app)).await, 0, "the deleted session's episode is gone from find");
+    refused(&sessions_get(&app, &session_path("alpha")).await, 404, "NOT_FOUND");
+    refused(&call(&app, Handler::Sessions, "DELETE", &session_path("alpha"), &[], None).await, 404, "NOT_FOUND");
+    let listed = sessions_get(&app, SESSIONS_PATH).await;
+    assert_eq!(ok(&listed), &json!([{"session_id": "beta", "uri": "viking://user/default/sessions/beta"}]));
 }
