@@ -631,6 +631,21 @@ impl<'a> Sessions<'a> {
         self.messages_at(id, seqs).await
     }
 
+    /// The messages not yet archived, oldest first (at most
+    /// [`MAX_ARCHIVE_MESSAGES`], the oldest): what a commit's keep window
+    /// left live, or what no commit has archived yet.
+    ///
+    /// Cost: a meta GET and one GET per message, [`READ_CONCURRENCY`] at a
+    /// time.
+    ///
+    /// # Errors
+    /// [`SessionError::NotFound`]; store or decoding errors.
+    pub async fn live_messages(&self, id: &SessionId) -> Result<Vec<StoredMessage>, SessionError> {
+        let (meta, _) = self.meta(id).await?.ok_or_else(|| SessionError::NotFound(id.as_str().to_owned()))?;
+        let seqs: Vec<u64> = meta.recorded_in(meta.archived_seq..meta.end_seq()).take(MAX_ARCHIVE_MESSAGES).collect();
+        self.messages_at(id, seqs).await
+    }
+
     /// The messages the meta records with sequence numbers in `range`,
     /// oldest first, read concurrently (gaps skipped).
     async fn messages_in(

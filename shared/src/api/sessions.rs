@@ -52,7 +52,7 @@ pub const DEFAULT_CONTEXT_BUDGET: i64 = 128_000;
 pub const MAX_CONTEXT_BUDGET: i64 = 1_000_000;
 
 /// What a skipped commit's response says about memory.
-pub const NOTHING_TO_REMEMBER: &str = "Nothing was archived, so no memory was made.";
+pub const NOTHING_TO_REMEMBER: &str = "Nothing was archived.";
 
 /// Messages a batch may hold.
 pub const MAX_BATCH: usize = 100;
@@ -508,6 +508,7 @@ async fn commit(
         let plan = match sessions.plan_commit(id, keep, now).await {
             Ok(Ok(plan)) => plan,
             Ok(Err(skip)) => {
+                let live = keep_live(app, admitted, sessions, id, at).await;
                 return Ok(json!({
                     "session_id": id.as_str(),
                     "status": "skipped",
@@ -515,7 +516,7 @@ async fn commit(
                     "archived": false,
                     "reason": skip.as_str(),
                     "task_id": null,
-                    "memory_extraction": NOTHING_TO_REMEMBER,
+                    "memory_extraction": describe_live(live, NOTHING_TO_REMEMBER),
                     "trace_id": trace_id,
                 }));
             }
@@ -550,6 +551,7 @@ async fn commit(
                         catch_up(app, admitted, &before).await;
                     }
                 }
+                let live = keep_live(app, admitted, sessions, id, at).await;
                 return Ok(json!({
                     "session_id": id.as_str(),
                     "status": "accepted",
@@ -559,7 +561,7 @@ async fn commit(
                     "archived_message_count": plan.range.message_count,
                     "commit_count": meta.commit_count,
                     "summary": how,
-                    "memory_extraction": describe_memory(&task, &admitted.identity),
+                    "memory_extraction": describe_live(live, &describe_memory(&task, &admitted.identity)),
                     "trace_id": trace_id,
                     "estimated_active_tokens": meta.pending_tokens,
                     "budget_exceeded": false,
@@ -568,6 +570,66 @@ async fn commit(
             Err(SessionError::Contention(_)) if attempt < 3 => {}
             Err(e) => return Err(e.into()),
         }
+    }
+}
+
+/// What a commit's live messages became: event memories ([`keep_live`]),
+/// `None` when they could not be written now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Live {
+    /// Messages not archived.
+    messages: usize,
+    /// Event memories they make.
+    episodes: Option<usize>,
+}
+
+/// Keeps the messages a commit left live (its keep window) as event
+/// memories too, so what was said is found before a commit archives it:
+/// the episodes of "archive 0", which never exists
+/// ([`crate::memory::remember_archive`] with index 0). Each commit writes
+/// them again from the live messages, removing those a new archive now
+/// holds, so a message is one episode at rest. Two commits racing can
+/// leave one commit's view until the next commit. A failure is logged and
+/// left for the next commit: the archive (if any) stands.
+async fn keep_live(
+    app: &App,
+    admitted: &Admitted<'_>,
+    sessions: &Sessions<'_>,
+    id: &SessionId,
+    at: time::OffsetDateTime,
+) -> Live {
+    let messages = match sessions.live_messages(id).await {
+        Ok(messages) => messages,
+        Err(e) => {
+            tracing::warn!(session = id.as_str(), error = %e, "the live messages were not read; the next commit keeps them");
+            return Live { messages: 0, episodes: None };
+        }
+    };
+    match crate::memory::remember_archive(app, &admitted.identity, id, 0, &messages, at).await {
+        Ok(events) => Live { messages: messages.len(), episodes: Some(events.len()) },
+        Err(e) => {
+            tracing::warn!(session = id.as_str(), error = %e, "the live messages' episodes were not written; the next commit writes them");
+            Live { messages: messages.len(), episodes: None }
+        }
+    }
+}
+
+/// `said` (what the commit's archive became), followed by what its live
+/// messages became.
+fn describe_live(live: Live, said: &str) -> String {
+    match live {
+        Live { messages: 0, .. } | Live { episodes: Some(0), .. } => said.to_owned(),
+        Live { messages, episodes: Some(episodes) } => format!(
+            "{said} The {messages} newest {} (kept live by keep_recent_count) {} kept as {episodes} event {} until a \
+             commit archives them.",
+            if messages == 1 { "message" } else { "messages" },
+            if messages == 1 { "is" } else { "are" },
+            if episodes == 1 { "memory" } else { "memories" },
+        ),
+        Live { messages, episodes: None } => format!(
+            "{said} The {messages} newest {} could not be kept as event memories now; the next commit keeps them.",
+            if messages == 1 { "message" } else { "messages" },
+        ),
     }
 }
 

@@ -473,3 +473,61 @@ async fn an_episode_list_naming_other_files_deletes_none_of_them() {
     let now_listed = store_json(&store, &list).await.expect("the list");
     assert_eq!(now_listed.as_array().map(Vec::len), Some(1), "only the commit's own episode: {now_listed}");
 }
+
+/// OpenCode commits with `keep_recent_count: 10` at every boundary, the
+/// chat's end included: a short chat is never archived. What it said is
+/// still remembered — the live messages are event memories after each
+/// commit — and each message is one episode at rest: once a commit
+/// archives messages, their live episodes give way to the archive's.
+#[tokio::test]
+async fn messages_a_keep_window_leaves_live_are_remembered_once() {
+    let (store, _dir) = local_store();
+    let app = app_over_store(store);
+    let find_uris = |app: Arc<App>, query: &'static str| async move {
+        let body = json!({"query": query, "search_type": "keywords", "limit": 20});
+        let reply = call(&app, Handler::Find, "POST", "/api/v1/search/find", &[], Some(&body)).await;
+        ok(&reply)["memories"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["uri"].as_str().map(str::to_owned))
+            .collect::<Vec<_>>()
+    };
+    let said = |n: usize| {
+        let messages: Vec<Value> = (0..n)
+            .flat_map(|i| {
+                [
+                    json!({"role": "user", "content": format!("turn {i}: the greenhouse vent opens at 24 degrees")}),
+                    json!({"role": "assistant", "content": format!("noted {i}")}),
+                ]
+            })
+            .collect();
+        json!({ "messages": messages })
+    };
+    assert_eq!(sessions_post(&app, "/api/v1/sessions/oc1/messages/batch", &said(2)).await.status, 200);
+    let kept = commit(&app, "oc1", &json!({"keep_recent_count": 10})).await;
+    assert_eq!(ok(&kept)["reason"], "all_within_keep_window", "{}", kept.text);
+    let text = ok(&kept)["memory_extraction"].as_str().unwrap_or_default().to_owned();
+    assert!(text.contains("The 4 newest messages") && text.contains("2 event memories"), "{text}");
+    let live = find_uris(Arc::clone(&app), "greenhouse vent").await;
+    assert_eq!(live.len(), 2, "the short chat is found: {live:?}");
+    assert!(live.iter().all(|u| u.contains("/oc1-000-")), "{live:?}");
+
+    // More is said; a commit archives all but the newest 10: the archived
+    // exchanges are the archive's episodes, the live ones stay live, and
+    // no exchange is found twice.
+    assert_eq!(sessions_post(&app, "/api/v1/sessions/oc1/messages/batch", &said(6)).await.status, 200);
+    let accepted = commit(&app, "oc1", &json!({"keep_recent_count": 10})).await;
+    assert_eq!(ok(&accepted)["archived_message_count"], 6, "{}", accepted.text);
+    let all = find_uris(Arc::clone(&app), "greenhouse vent").await;
+    let (archived, live): (Vec<_>, Vec<_>) = all.iter().partition(|u| u.contains("/oc1-001-"));
+    assert_eq!((archived.len(), live.len()), (3, 5), "{all:?}");
+    assert!(live.iter().all(|u| u.contains("/oc1-000-")), "{all:?}");
+
+    // A commit that archives everything leaves no live episode behind.
+    let last = commit(&app, "oc1", &json!({})).await;
+    assert_eq!(ok(&last)["archived_message_count"], 10, "{}", last.text);
+    let all = find_uris(Arc::clone(&app), "greenhouse vent").await;
+    assert_eq!(all.len(), 8, "{all:?}");
+    assert!(all.iter().all(|u| !u.contains("/oc1-000-")), "{all:?}");
+}
