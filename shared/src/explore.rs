@@ -236,7 +236,8 @@ pub async fn grep(content: &Content<'_>, uri: &VikingUri, options: &GrepOptions)
     }
     let texts: Vec<(VikingUri, Result<String, ContentError>)> = stream::iter(chosen)
         .map(|file| async move {
-            let text = content.read_text(&file, true).await;
+            // As `read` shows it (a memory's fields block left out).
+            let text = content.read_text(&file, false).await;
             (file, text)
         })
         .buffered(GREP_CONCURRENCY)

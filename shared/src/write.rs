@@ -175,6 +175,41 @@ impl<'a> Writes<'a> {
         tree_key(&self.identity.account, uri)
     }
 
+    /// The nearest ancestor of `uri` (below the account's root) that is a
+    /// file, if any: a file cannot also be a directory.
+    ///
+    /// Cost: one HEAD per ancestor, all at once.
+    async fn file_above(&self, uri: &VikingUri) -> Result<Option<VikingUri>, StoreError> {
+        let mut ancestors = Vec::new();
+        let mut at = uri.parent();
+        while let Some(dir) = at {
+            if dir.path().is_empty() {
+                break;
+            }
+            at = dir.parent();
+            ancestors.push(dir);
+        }
+        let keys: Vec<String> = ancestors.iter().map(|dir| self.key(dir)).collect();
+        let heads = futures_util::future::join_all(keys.iter().map(|key| self.store.head(key))).await;
+        for (dir, head) in ancestors.into_iter().zip(heads) {
+            match head {
+                Ok(_) => return Ok(Some(dir)),
+                Err(StoreError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    /// [`WriteError::Conflict`] when a file stands where `uri` needs a
+    /// directory.
+    async fn no_file_above(&self, field: &str, uri: &VikingUri) -> Result<(), WriteError> {
+        match self.file_above(uri).await? {
+            Some(file) => Err(WriteError::Conflict(format!("{field}: {file} is a file, so {uri} cannot be below it"))),
+            None => Ok(()),
+        }
+    }
+
     /// Whether anything lies below `uri` (it is a directory).
     async fn has_children(&self, uri: &VikingUri) -> Result<bool, StoreError> {
         let listing = self.store.list_dir(&self.key(uri), 1).await?;
@@ -185,20 +220,23 @@ impl<'a> Writes<'a> {
     /// says. Missing parent directories need nothing: they are the key's
     /// prefix.
     ///
-    /// Cost: replace and create, one HEAD and one PUT; append, one GET and
-    /// one conditional PUT per attempt. Unknown outcomes: a replace is
+    /// Cost: a HEAD per ancestor (all at once) and a LIST; then replace
+    /// and create, one HEAD and one PUT; append, one GET and one
+    /// conditional PUT per attempt. Unknown outcomes: a replace is
     /// repeated by the caller's retry with the same result; a create or an
     /// append reads the file back and counts the write done when it holds
     /// the new text.
     ///
     /// # Errors
     /// Forbidden; [`WriteError::Invalid`] for a directory's URI;
-    /// [`WriteError::Conflict`] for `create` over an existing file or an
+    /// [`WriteError::Conflict`] for a file where a parent directory would
+    /// be, `create` over an existing file, or an
     /// append that lost [`CAS_ATTEMPTS`] races; [`WriteError::TooLarge`];
     /// store errors.
     pub async fn write(&self, uri: &VikingUri, content: &str, mode: WriteMode) -> Result<Written, WriteError> {
         let uri = self.authorize(uri)?;
         let key = self.key(&uri);
+        self.no_file_above("uri", &uri).await?;
         if self.has_children(&uri).await? {
             return Err(WriteError::Invalid(format!("uri: {uri} is a directory; write a file below it")));
         }
@@ -304,13 +342,15 @@ impl<'a> Writes<'a> {
     /// marks it. A directory that exists is left as it is (its abstract
     /// replaced when a description is given).
     ///
-    /// Cost: one LIST, one HEAD and one PUT.
+    /// Cost: a HEAD per ancestor (all at once), one LIST, one HEAD and one
+    /// PUT.
     ///
     /// # Errors
-    /// Forbidden; [`WriteError::Conflict`] when a file is at `uri`; store
-    /// errors.
+    /// Forbidden; [`WriteError::Conflict`] when a file is at `uri` or above
+    /// it; store errors.
     pub async fn mkdir(&self, uri: &VikingUri, description: Option<&str>) -> Result<(VikingUri, bool), WriteError> {
         let uri = self.authorize(uri)?;
+        self.no_file_above("uri", &uri).await?;
         match self.store.head(&self.key(&uri)).await {
             Ok(_) => return Err(WriteError::Conflict(format!("{uri} is a file"))),
             Err(StoreError::NotFound(_)) => {}
@@ -387,12 +427,13 @@ impl<'a> Writes<'a> {
     /// in at least one place. Returns the URIs of the files written and
     /// removed.
     ///
-    /// Cost: one HEAD, one LIST; per file one GET, one PUT and one DELETE.
+    /// Cost: a HEAD per ancestor of `to` (all at once), one HEAD, one LIST;
+    /// per file one GET, one PUT and one DELETE.
     ///
     /// # Errors
     /// Forbidden; [`WriteError::NotFound`]; [`WriteError::Invalid`] when
     /// `to` lies inside `from`; [`WriteError::Conflict`] when something
-    /// is at `to` already; store errors.
+    /// is at `to` already, or a file above it; store errors.
     pub async fn mv(&self, from: &VikingUri, to: &VikingUri) -> Result<(Vec<VikingUri>, Vec<VikingUri>), WriteError> {
         let from = self.authorize(from)?;
         let to = self.authorize(to)?;
@@ -403,6 +444,7 @@ impl<'a> Writes<'a> {
         if keys.is_empty() {
             return Err(WriteError::NotFound(from));
         }
+        self.no_file_above("to_uri", &to).await?;
         let (from_key, to_key) = (self.key(&from), self.key(&to));
         let target_taken = match self.store.head(&to_key).await {
             Ok(_) => true,
