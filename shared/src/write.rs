@@ -64,6 +64,9 @@ pub enum WriteError {
     Store(#[from] StoreError),
 }
 
+/// The most operations one `content/batch-write` carries.
+pub const MAX_BATCH_WRITES: usize = 100;
+
 /// How `content/write` treats an existing file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteMode {
@@ -234,15 +237,26 @@ impl<'a> Writes<'a> {
     /// append that lost [`CAS_ATTEMPTS`] races; [`WriteError::TooLarge`];
     /// store errors.
     pub async fn write(&self, uri: &VikingUri, content: &str, mode: WriteMode) -> Result<Written, WriteError> {
+        self.write_bytes(uri, Bytes::copy_from_slice(content.as_bytes()), mode).await
+    }
+
+    /// [`Writes::write`] of any bytes (a batch's `content_base64`); an
+    /// append needs both the file and `body` to be UTF-8 text.
+    ///
+    /// # Errors
+    /// As [`Writes::write`]; [`WriteError::Invalid`] for an append of bytes
+    /// that are not UTF-8.
+    pub async fn write_bytes(&self, uri: &VikingUri, body: Bytes, mode: WriteMode) -> Result<Written, WriteError> {
         let uri = self.authorize(uri)?;
         let key = self.key(&uri);
         self.no_file_above("uri", &uri).await?;
         if self.has_children(&uri).await? {
             return Err(WriteError::Invalid(format!("uri: {uri} is a directory; write a file below it")));
         }
-        if content.len() > MAX_FILE_BYTES {
-            return Err(WriteError::TooLarge { uri, size: content.len(), limit: MAX_FILE_BYTES });
+        if body.len() > MAX_FILE_BYTES {
+            return Err(WriteError::TooLarge { uri, size: body.len(), limit: MAX_FILE_BYTES });
         }
+        let size = body.len();
         match mode {
             WriteMode::Replace => {
                 let existed = match self.store.head(&key).await {
@@ -250,22 +264,38 @@ impl<'a> Writes<'a> {
                     Err(StoreError::NotFound(_)) => false,
                     Err(e) => return Err(e.into()),
                 };
-                self.store.put(&key, Bytes::copy_from_slice(content.as_bytes()), PutMode::Overwrite).await?;
-                Ok(Written { uri, created: !existed, size: content.len() })
+                self.store.put(&key, body, PutMode::Overwrite).await?;
+                Ok(Written { uri, created: !existed, size })
             }
-            WriteMode::Create => {
-                let body = Bytes::copy_from_slice(content.as_bytes());
-                match self.store.put(&key, body, PutMode::CreateNew).await {
-                    Ok(_) => Ok(Written { uri, created: true, size: content.len() }),
-                    Err(StoreError::Conflict(_)) => {
-                        Err(WriteError::Conflict(format!("{uri} already exists; use mode replace or append")))
-                    }
-                    Err(e) => Err(e.into()),
+            WriteMode::Create => match self.store.put(&key, body, PutMode::CreateNew).await {
+                Ok(_) => Ok(Written { uri, created: true, size }),
+                Err(StoreError::Conflict(_)) => {
+                    Err(WriteError::Conflict(format!("{uri} already exists; use mode replace or append")))
                 }
-            }
+                Err(e) => Err(e.into()),
+            },
             WriteMode::Append => {
+                let content = String::from_utf8(body.to_vec()).map_err(|_| {
+                    WriteError::Invalid(format!("content: what is appended to {uri} must be UTF-8 text"))
+                })?;
                 self.update(&uri, |old| Ok(Some(format!("{}{content}", old.unwrap_or_default())))).await
             }
+        }
+    }
+
+    /// Whether a file is at `uri` (authorised first): what a batch checks
+    /// for its `create` operations before it writes anything.
+    ///
+    /// Cost: one HEAD.
+    ///
+    /// # Errors
+    /// Forbidden; store errors.
+    pub async fn exists(&self, uri: &VikingUri) -> Result<bool, WriteError> {
+        let uri = self.authorize(uri)?;
+        match self.store.head(&self.key(&uri)).await {
+            Ok(_) => Ok(true),
+            Err(StoreError::NotFound(_)) => Ok(false),
+            Err(e) => Err(e.into()),
         }
     }
 

@@ -8,8 +8,8 @@ URL is Skald's base URL; KEY an API key of user `default` of account
 `skald keys create --account default --user default`. It runs `find`,
 `search`, `search_context` (max_tokens, purpose, detail, quotas, and
 dedup_turns over a session written with `add_message`), `create_session`
-and the session's `load`, the write surface (`write`, `tree`, `grep`,
-`glob`, `mkdir`, `mv`, `rm`; a shared root refused to a user key),
+and the session's `load`, the write surface (`write`, `batch_write`,
+`tree`, `grep`, `glob`, `mkdir`, `mv`, `rm`; a shared root refused to a user key),
 `list_sessions` and `delete_session` through
 `SyncHTTPClient(url=..., api_key=...)`,
 and checks that a wrong key raises the SDK's authentication error and that
@@ -152,6 +152,17 @@ def main():
         assert [(m["uri"], m["line"]) for m in found["matches"]] == [(f"{notes}/todo.md", 1)], found
         globbed = client.glob("**/todo.md", uri="viking://user/default/notes")
         assert globbed["matches"] == [f"{notes}/todo.md"], globbed
+
+    @check("batch_write: two files below one root, one call")
+    def _():
+        client.batch_write(
+            notes,
+            [
+                {"uri": f"{notes}/a.md", "content": "First of the batch."},
+                {"uri": f"{notes}/b.md", "content": "Second of the batch.", "mode": "create"},
+            ],
+        )
+        assert client.read(f"{notes}/b.md") == "Second of the batch."
 
     @check("mkdir, mv and rm: the note moves, then is forgotten")
     def _():

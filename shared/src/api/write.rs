@@ -3,6 +3,8 @@
 //!
 //! - `POST /api/v1/content/write` — `uri`, `content`, `mode`
 //!   (`replace` default, `append`, `create`), `wait`, `timeout`
+//! - `POST /api/v1/content/batch-write` — `root_uri`, `operations`
+//!   (`uri`, `content` or `content_base64`, `mode`), `wait`, `timeout`
 //! - `POST /api/v1/content/edit` — `uri`, `old_string`, `new_string`,
 //!   `replace_all`, `wait`, `timeout` (what MCP's `edit` calls)
 //! - `POST /api/v1/fs/mkdir` — `uri`, `description`
@@ -34,6 +36,8 @@ use crate::write::{WriteError, WriteMode, Writes};
 pub enum Route {
     /// `POST /api/v1/content/write`.
     Write,
+    /// `POST /api/v1/content/batch-write`.
+    BatchWrite,
     /// `POST /api/v1/content/edit`.
     Edit,
     /// `POST /api/v1/fs/mkdir`.
@@ -55,6 +59,7 @@ impl Route {
 pub fn route(path: &str) -> Option<Route> {
     Some(match path.trim_end_matches('/') {
         "/api/v1/content/write" => Route::Write,
+        "/api/v1/content/batch-write" => Route::BatchWrite,
         "/api/v1/content/edit" => Route::Edit,
         "/api/v1/fs/mkdir" => Route::Mkdir,
         "/api/v1/fs/mv" => Route::Mv,
@@ -65,6 +70,10 @@ pub fn route(path: &str) -> Option<Route> {
 
 /// The fields `content/write` accepts.
 pub const WRITE_FIELDS: &[&str] = &["uri", "content", "mode", "wait", "timeout", "telemetry"];
+/// The fields `content/batch-write` accepts.
+pub const BATCH_WRITE_FIELDS: &[&str] = &["root_uri", "operations", "wait", "timeout", "telemetry"];
+/// The fields of one `content/batch-write` operation.
+pub const BATCH_OPERATION_FIELDS: &[&str] = &["uri", "content", "content_base64", "mode"];
 /// The fields `content/edit` accepts.
 pub const EDIT_FIELDS: &[&str] = &["uri", "old_string", "new_string", "replace_all", "wait", "timeout", "telemetry"];
 /// The fields `fs/mkdir` accepts.
@@ -151,6 +160,34 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
             });
             (result, vec![written.uri], wait)
         }
+        Route::BatchWrite => {
+            let mut body = Body::parse(admitted.body, BATCH_WRITE_FIELDS)?;
+            let identity = &admitted.identity;
+            let root = uri_field(&mut body, "root_uri").map(|r| identity.resolve_home(&r));
+            let wait = body.boolean("wait").unwrap_or(true);
+            body.number("timeout");
+            let operations = batch_operations(&mut body, root.as_ref(), |u| identity.resolve_home(u));
+            body.finish()?;
+            let Some(root) = root else { return Err(missing()) };
+            // Every operation is authorised, and every `create` found free,
+            // before anything is written.
+            for (i, (uri, _, mode)) in operations.iter().enumerate() {
+                let uri = writes.authorize(uri).map_err(|e| at_operation(i, e))?;
+                if *mode == WriteMode::Create && writes.exists(&uri).await? {
+                    let error = WriteError::Conflict(format!("{uri} already exists; use mode replace or append"));
+                    return Err(at_operation(i, error));
+                }
+            }
+            let (mut results, mut changed) = (Vec::with_capacity(operations.len()), Vec::new());
+            for (i, (uri, bytes, mode)) in operations.into_iter().enumerate() {
+                let written = writes.write_bytes(&uri, bytes, mode).await.map_err(|e| at_operation(i, e))?;
+                results.push(json!({
+                    "uri": written.uri, "mode": mode.as_str(), "created": written.created, "size": written.size,
+                }));
+                changed.push(written.uri);
+            }
+            (json!({ "root_uri": root, "written": results.len(), "results": results }), changed, wait)
+        }
         Route::Edit => {
             let mut body = Body::parse(admitted.body, EDIT_FIELDS)?;
             let uri = uri_field(&mut body, "uri");
@@ -201,6 +238,134 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
     };
     result["status"] = json!(index(app, admitted, &changed, wait).await);
     Ok(result)
+}
+
+/// `e`, naming operation `i` of a batch (what went before it was
+/// written; nothing after it).
+fn at_operation(i: usize, e: WriteError) -> ApiError {
+    match e {
+        WriteError::Store(s) => s.into(),
+        WriteError::TooLarge { size, limit, .. } => ApiError::PayloadTooLarge { size, limit },
+        WriteError::Forbidden(m) => ApiError::PermissionDenied(format!("operations.{i}: permission denied: {m}")),
+        WriteError::NotFound(uri) => ApiError::NotFound(format!("operations.{i}: not found: {uri}")),
+        WriteError::Invalid(m) => ApiError::InvalidArgument(format!("operations.{i}: {m}")),
+        WriteError::Conflict(m) => ApiError::Conflict(format!("operations.{i}: {m}")),
+    }
+}
+
+/// A batch's operations, validated: each one's URI (absolute and under
+/// `root`, or relative to it; `resolve` expands the home alias), its bytes (`content`, or `content_base64`
+/// decoded: exactly one) and its mode (`upsert` is `replace`). Problems
+/// are recorded in `body` at `["body", "operations", i, field]`.
+fn batch_operations(
+    body: &mut Body,
+    root: Option<&VikingUri>,
+    resolve: impl Fn(&VikingUri) -> VikingUri,
+) -> Vec<(VikingUri, bytes::Bytes, WriteMode)> {
+    use base64::Engine as _;
+    let items = match body.raw("operations") {
+        None => {
+            body.error(FieldError::new("operations", "missing", "Field required"));
+            return Vec::new();
+        }
+        Some(Value::Array(items)) => items.clone(),
+        Some(_) => {
+            body.error(FieldError::new("operations", "list_type", "Input should be a valid list"));
+            return Vec::new();
+        }
+    };
+    if items.len() > crate::write::MAX_BATCH_WRITES {
+        body.error(super::find::too_long("operations", crate::write::MAX_BATCH_WRITES, items.len()));
+        return Vec::new();
+    }
+    if items.is_empty() {
+        body.error(FieldError::new(
+            "operations",
+            "too_short",
+            "List should have at least 1 item after validation, not 0",
+        ));
+        return Vec::new();
+    }
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let error =
+            |field: &str, kind: &str, message: String| FieldError::new("operations", kind, message).at(i).at(field);
+        let Some(op) = item.as_object() else {
+            body.error(
+                FieldError::new("operations", "model_attributes_type", "Input should be a valid dictionary").at(i),
+            );
+            continue;
+        };
+        let mut ok = true;
+        for key in op.keys().filter(|k| !BATCH_OPERATION_FIELDS.contains(&k.as_str())) {
+            body.error(error(key, "extra_forbidden", "Extra inputs are not permitted".into()));
+            ok = false;
+        }
+        let uri = match op.get("uri").and_then(Value::as_str) {
+            None => {
+                body.error(error("uri", "missing", "Field required".into()));
+                None
+            }
+            Some(text) => {
+                let text = text.trim();
+                let parsed = if text.starts_with(crate::uri::SCHEME) {
+                    VikingUri::parse(text)
+                } else {
+                    root.map_or_else(|| VikingUri::parse(text), |r| r.join(text.trim_start_matches('/')))
+                };
+                match parsed.map(|uri| resolve(&uri)) {
+                    Ok(uri) if root.is_none_or(|r| uri.is_under(r) && uri != *r) => Some(uri),
+                    Ok(uri) => {
+                        body.error(error("uri", "value_error", format!("Value error, {uri} is not below root_uri")));
+                        None
+                    }
+                    Err(e) => {
+                        body.error(error("uri", "value_error", format!("Value error, {e}")));
+                        None
+                    }
+                }
+            }
+        };
+        let content =
+            match (op.get("content").filter(|v| !v.is_null()), op.get("content_base64").filter(|v| !v.is_null())) {
+                (Some(Value::String(text)), None) => Some(bytes::Bytes::from(text.clone())),
+                (None, Some(Value::String(encoded))) => match base64::engine::general_purpose::STANDARD.decode(encoded)
+                {
+                    Ok(decoded) => Some(bytes::Bytes::from(decoded)),
+                    Err(e) => {
+                        body.error(error("content_base64", "value_error", format!("Value error, not base64: {e}")));
+                        None
+                    }
+                },
+                (Some(_), Some(_)) | (None, None) => {
+                    let message = "Value error, give exactly one of content and content_base64".to_owned();
+                    body.error(error("content", "value_error", message));
+                    None
+                }
+                (Some(_), None) => {
+                    body.error(error("content", "string_type", "Input should be a valid string".into()));
+                    None
+                }
+                (None, Some(_)) => {
+                    body.error(error("content_base64", "string_type", "Input should be a valid string".into()));
+                    None
+                }
+            };
+        let mode = match op.get("mode").filter(|v| !v.is_null()) {
+            None => Some(WriteMode::Replace),
+            Some(Value::String(m)) if m == "upsert" => Some(WriteMode::Replace),
+            Some(Value::String(m)) if WriteMode::parse(m).is_some() => WriteMode::parse(m),
+            Some(_) => {
+                let message = "Input should be 'replace', 'append', 'create' or 'upsert'".to_owned();
+                body.error(error("mode", "literal_error", message));
+                None
+            }
+        };
+        if let (true, Some(uri), Some(content), Some(mode)) = (ok, uri, content, mode) {
+            out.push((uri, content, mode));
+        }
+    }
+    out
 }
 
 /// A required field was missing: its error is already recorded, so this is

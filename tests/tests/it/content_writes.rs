@@ -260,3 +260,55 @@ async fn grep_and_glob_see_what_find_sees() {
         assert!(reply.text.contains(needle), "{path} {body}: {needle:?} not in {}", reply.text);
     }
 }
+
+/// A batch writes every file below its root and indexes them; a batch with
+/// one refused operation (another user's tree, a taken `create`, a path
+/// outside the root, bad base64) writes nothing and names the operation.
+#[tokio::test]
+async fn a_batch_writes_all_or_names_what_it_refused() {
+    let (app, _dirs) = app().await;
+    let batch = json!({"root_uri": "viking://~/garden", "operations": [
+        {"uri": "beds.md", "content": "The raised beds get compost in March."},
+        {"uri": "viking://user/default/garden/tools.md", "content_base64": "U2hhcnBlbiB0aGUgc2VjYXRldXJzLg==", "mode": "upsert"},
+    ]});
+    let reply = post(&app, "/api/v1/content/batch-write", &batch).await;
+    assert_eq!(
+        (ok(&reply)["written"].as_u64(), ok(&reply)["status"].as_str()),
+        (Some(2), Some("indexed")),
+        "{}",
+        reply.text
+    );
+    assert_eq!(ok(&read(&app, "viking://~/garden/tools.md").await), "Sharpen the secateurs.");
+    assert!(found(&app, "compost raised beds").await.contains(&"viking://user/default/garden/beds.md".to_owned()));
+
+    let refusals: Vec<(Value, u16, &str)> = vec![
+        (
+            json!([{"uri": "new.md", "content": "x"}, {"uri": "beds.md", "content": "x", "mode": "create"}]),
+            409,
+            "operations.1",
+        ),
+        (
+            json!([{"uri": "new.md", "content": "x"}, {"uri": "viking://user/bob/x.md", "content": "x"}]),
+            400,
+            "not below root_uri",
+        ),
+        (json!([{"uri": "new.md", "content": "x"}, {"uri": "y.md", "content_base64": "%%%"}]), 400, "content_base64"),
+        (json!([{"uri": "new.md", "content": "x", "content_base64": "eA=="}]), 400, "exactly one"),
+        (json!([{"uri": "new.md", "content": "x", "colour": 1}]), 400, "colour"),
+        (json!([]), 400, "at least 1"),
+    ];
+    for (operations, status, needle) in refusals {
+        let body = json!({"root_uri": "viking://~/garden", "operations": operations});
+        let reply = post(&app, "/api/v1/content/batch-write", &body).await;
+        assert_eq!(reply.status, status, "{operations}: {}", reply.text);
+        assert!(reply.text.contains(needle), "{operations}: {needle:?} not in {}", reply.text);
+        assert_eq!(read(&app, "viking://~/garden/new.md").await.status, 404, "{operations}: a refused batch wrote");
+    }
+    let too_many: Vec<Value> = (0..101).map(|i| json!({"uri": format!("f{i}.md"), "content": "x"})).collect();
+    let reply =
+        post(&app, "/api/v1/content/batch-write", &json!({"root_uri": "viking://~/garden", "operations": too_many}))
+            .await;
+    assert_eq!(reply.status, 400, "{}", reply.text);
+    let outside = json!({"root_uri": "viking://user/bob", "operations": [{"uri": "x.md", "content": "x"}]});
+    assert_eq!(post(&app, "/api/v1/content/batch-write", &outside).await.status, 403);
+}

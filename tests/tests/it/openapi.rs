@@ -129,6 +129,7 @@ const STAT: &str = "/api/v1/fs/stat";
 const CONTENT_ROUTES: [&str; 7] = [HEALTH, STATUS, READ, ABSTRACT, OVERVIEW, LS, STAT];
 const WRITE: &str = "/api/v1/content/write";
 const EDIT: &str = "/api/v1/content/edit";
+const BATCH_WRITE: &str = "/api/v1/content/batch-write";
 const MKDIR: &str = "/api/v1/fs/mkdir";
 const MV: &str = "/api/v1/fs/mv";
 /// `DELETE /api/v1/fs`.
@@ -138,7 +139,7 @@ const GREP: &str = "/api/v1/search/grep";
 const GLOB: &str = "/api/v1/search/glob";
 /// The other routes the `content` function serves: `fs/tree`, the writes
 /// and the explore routes (`skald::api::write`, `skald::api::explore`).
-const WRITE_ROUTES: [&str; 8] = [TREE, WRITE, EDIT, MKDIR, MV, REMOVE, GREP, GLOB];
+const WRITE_ROUTES: [&str; 9] = [TREE, WRITE, BATCH_WRITE, EDIT, MKDIR, MV, REMOVE, GREP, GLOB];
 /// What `DELETE /api/v1/fs`'s base query removes and `fs/mv`'s base body
 /// moves away; written back before each request to them ([`reset`]), so
 /// every request finds it.
@@ -370,6 +371,9 @@ fn base_body(path: &str) -> Map<String, Value> {
         MESSAGES => json!({ "role": "user", "content": "hello" }),
         BATCH => json!({ "messages": [{ "role": "user", "content": "hello" }] }),
         WRITE => json!({ "uri": "viking://~/notes/base.md", "content": "A note." }),
+        BATCH_WRITE => {
+            json!({ "root_uri": "viking://~/notes", "operations": [{ "uri": "batch.md", "content": "A note." }] })
+        }
         // The same word back: every request finds it once.
         EDIT => json!({ "uri": format!("viking://{REMOVE_TARGET}"), "old_string": "old", "new_string": "old" }),
         MKDIR => json!({ "uri": "viking://~/projects" }),
@@ -744,6 +748,7 @@ fn request_bodies_list_exactly_the_accepted_fields() {
         (MCP, names(JSONRPC_MEMBERS)),
         (WRITE, names(skald::api::write::WRITE_FIELDS)),
         (EDIT, names(skald::api::write::EDIT_FIELDS)),
+        (BATCH_WRITE, names(skald::api::write::BATCH_WRITE_FIELDS)),
         (MKDIR, names(skald::api::write::MKDIR_FIELDS)),
         (MV, names(skald::api::write::MV_FIELDS)),
         (GREP, names(skald::api::explore::GREP_FIELDS)),
