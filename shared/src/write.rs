@@ -16,6 +16,8 @@
 use bytes::Bytes;
 
 use crate::identity::{Identity, SHARED_ROOTS};
+use crate::index::extract::MEMORY_FIELDS_MARKER;
+use crate::memory::extract::split_memory;
 use crate::store::{PutMode, SharedStore, StoreError};
 use crate::uri::{VikingUri, tree_key, uri_for_tree_key};
 
@@ -107,6 +109,13 @@ pub struct Written {
     pub size: usize,
 }
 
+/// Whether `uri` is a memory file: a user's `memories/…` Markdown file,
+/// whose text carries a fields block.
+fn is_memory(uri: &VikingUri) -> bool {
+    uri.as_str().ends_with(".md")
+        && crate::index::record::classify(uri).is_some_and(|(t, _)| t == crate::index::record::ContextType::Memory)
+}
+
 /// Whether `identity` (an admin or root key, or dev mode, when
 /// `shared_writer`) may write at `uri` (home alias resolved): see the
 /// module's rules. The roots themselves (the user tree, a shared root) are
@@ -156,14 +165,46 @@ pub struct Writes<'a> {
     store: &'a SharedStore,
     identity: &'a Identity,
     shared_writer: bool,
+    /// When the writes happen (RFC 3339), for the memories' fields.
+    stamp: String,
 }
 
 impl<'a> Writes<'a> {
-    /// Writes as `identity`; `shared_writer` lets it write the shared roots
-    /// (an admin or root key, or dev mode).
+    /// Writes as `identity` at `now` (Unix seconds); `shared_writer` lets
+    /// it write the shared roots (an admin or root key, or dev mode).
     #[must_use]
-    pub fn new(store: &'a SharedStore, identity: &'a Identity, shared_writer: bool) -> Self {
-        Self { store, identity, shared_writer }
+    pub fn new(store: &'a SharedStore, identity: &'a Identity, shared_writer: bool, now: i64) -> Self {
+        let stamp = time::OffsetDateTime::from_unix_timestamp(now)
+            .ok()
+            .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+            .unwrap_or_default();
+        Self { store, identity, shared_writer, stamp }
+    }
+
+    /// Who writes, as a memory's fields record it: `user:{user}`, with
+    /// `/peer:{peer}` for an acting peer.
+    #[must_use]
+    pub fn writer(&self) -> String {
+        match &self.identity.actor_peer {
+            Some(peer) => format!("user:{}/peer:{peer}", self.identity.user),
+            None => format!("user:{}", self.identity.user),
+        }
+    }
+
+    /// `text` as it is stored at `uri`: a memory's (a user's
+    /// `memories/…/*.md`) text with its trailing fields block saying who
+    /// wrote it and when (kept fields of `old`, the text there before;
+    /// reads leave the block out); any other file's text as it is.
+    fn stamped(&self, uri: &VikingUri, text: &str, old: Option<&str>) -> String {
+        if !is_memory(uri) {
+            return text.to_owned();
+        }
+        let (_, mut fields) = old.map(split_memory).unwrap_or_default();
+        let (body, _) = split_memory(text);
+        fields.updated_at.clone_from(&self.stamp);
+        fields.written_by = self.writer();
+        let json = serde_json::to_string(&fields).unwrap_or_else(|_| "{}".to_owned());
+        format!("{body}\n\n{MEMORY_FIELDS_MARKER}\n{json}\n-->\n")
     }
 
     /// The URI `uri` names, if the caller may write there.
@@ -256,6 +297,21 @@ impl<'a> Writes<'a> {
         if body.len() > MAX_FILE_BYTES {
             return Err(WriteError::TooLarge { uri, size: body.len(), limit: MAX_FILE_BYTES });
         }
+        if is_memory(&uri) && mode != WriteMode::Append {
+            // A memory's text is stamped with who wrote it: a
+            // read-modify-write that keeps its earlier fields.
+            let text = String::from_utf8(body.to_vec())
+                .map_err(|_| WriteError::Invalid(format!("content: a memory ({uri}) must be UTF-8 text")))?;
+            let create = mode == WriteMode::Create;
+            return self
+                .update(&uri, |old| match old {
+                    Some(_) if create => {
+                        Err(WriteError::Conflict(format!("{uri} already exists; use mode replace or append")))
+                    }
+                    _ => Ok(Some(text.clone())),
+                })
+                .await;
+        }
         let size = body.len();
         match mode {
             WriteMode::Replace => {
@@ -278,7 +334,16 @@ impl<'a> Writes<'a> {
                 let content = String::from_utf8(body.to_vec()).map_err(|_| {
                     WriteError::Invalid(format!("content: what is appended to {uri} must be UTF-8 text"))
                 })?;
-                self.update(&uri, |old| Ok(Some(format!("{}{content}", old.unwrap_or_default())))).await
+                let memory = is_memory(&uri);
+                self.update(&uri, |old| {
+                    let before = match old {
+                        Some(old) if memory => split_memory(old).0.to_owned(),
+                        Some(old) => old.to_owned(),
+                        None => String::new(),
+                    };
+                    Ok(Some(format!("{before}{content}")))
+                })
+                .await
             }
         }
     }
@@ -314,8 +379,10 @@ impl<'a> Writes<'a> {
             return Err(WriteError::Invalid("old_string: must not be empty".into()));
         }
         let target = uri.clone();
+        let memory = is_memory(&uri);
         self.update(&uri, move |text| {
             let Some(text) = text else { return Err(WriteError::NotFound(target.clone())) };
+            let text = if memory { split_memory(text).0 } else { text };
             match text.matches(old).count() {
                 0 => Err(WriteError::Invalid(format!("old_string: not found in {target}"))),
                 1 => Ok(Some(text.replacen(old, new, 1))),
@@ -333,7 +400,7 @@ impl<'a> Writes<'a> {
     async fn update(
         &self,
         uri: &VikingUri,
-        change: impl Fn(Option<String>) -> Result<Option<String>, WriteError>,
+        change: impl Fn(Option<&str>) -> Result<Option<String>, WriteError>,
     ) -> Result<Written, WriteError> {
         let key = self.key(uri);
         for _ in 0..CAS_ATTEMPTS {
@@ -348,7 +415,8 @@ impl<'a> Writes<'a> {
                 Err(e) => return Err(e.into()),
             };
             let created = old.is_none();
-            let Some(text) = change(old)? else { return Err(WriteError::Invalid(format!("uri: {uri}"))) };
+            let Some(text) = change(old.as_deref())? else { return Err(WriteError::Invalid(format!("uri: {uri}"))) };
+            let text = self.stamped(uri, &text, old.as_deref());
             if text.len() > MAX_FILE_BYTES {
                 return Err(WriteError::TooLarge { uri: uri.clone(), size: text.len(), limit: MAX_FILE_BYTES });
             }

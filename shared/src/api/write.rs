@@ -141,7 +141,7 @@ fn text_field(body: &mut Body, name: &str) -> Option<String> {
 
 async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query) -> Result<Value, ApiError> {
     let shared_writer = matches!(admitted.role, Role::Admin | Role::Root);
-    let writes = Writes::new(&app.store, &admitted.identity, shared_writer);
+    let writes = Writes::new(&app.store, &admitted.identity, shared_writer, admitted.now);
     // (the result, the files whose index records changed, whether to wait)
     let (mut result, changed, wait) = match route {
         Route::Write => {
@@ -236,6 +236,10 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
             (result, removed, wait)
         }
     };
+    // The record of who changed what, beside the memories' fields blocks.
+    let identity = &admitted.identity;
+    let peer = identity.actor_peer.as_ref().map(ToString::to_string);
+    tracing::info!(account = %identity.account, user = %identity.user, peer, ?route, files = changed.len(), "tree changed");
     result["status"] = json!(index(app, admitted, &changed, wait).await);
     Ok(result)
 }

@@ -59,10 +59,27 @@ async fn a_write_is_searchable_and_a_replace_leaves_no_trace_of_the_old_text() {
     // Append adds; create refuses an existing file with 409 and changes nothing.
     let reply =
         post(&app, "/api/v1/content/write", &json!({"uri": uri, "content": "\nHe is 4.", "mode": "append"})).await;
-    assert_eq!(ok(&reply)["size"], json!("Biscuit now eats salmon kibble.\nHe is 4.".len()));
+    assert_eq!(ok(&reply)["created"], false, "{}", reply.text);
     let reply = post(&app, "/api/v1/content/write", &json!({"uri": uri, "content": "x", "mode": "create"})).await;
     assert_eq!((reply.status, reply.json["error"]["code"].as_str()), (409, Some("CONFLICT")), "{}", reply.text);
     assert_eq!(ok(&read(&app, uri).await), "Biscuit now eats salmon kibble.\nHe is 4.");
+    // A memory records who wrote it and when, in the fields block reads
+    // leave out (and the stored size counts).
+    let raw = call(&app, Handler::Content, "GET", &format!("/api/v1/content/read?uri={uri}&raw=true"), &[], None).await;
+    let raw = ok(&raw).as_str().unwrap_or_default().to_owned();
+    let (body, fields) = raw.split_once("<!-- MEMORY_FIELDS").unwrap_or_else(|| panic!("no fields block: {raw}"));
+    assert_eq!(body.trim_end(), "Biscuit now eats salmon kibble.\nHe is 4.");
+    let stat = call(&app, Handler::Content, "GET", &format!("/api/v1/fs/stat?uri={uri}"), &[], None).await;
+    assert_eq!(ok(&stat)["size"], json!(raw.len()), "{}", stat.text);
+    let fields: Value = serde_json::from_str(fields.trim().trim_end_matches("-->").trim()).expect("the block is JSON");
+    assert_eq!(fields["written_by"], "user:default", "{fields}");
+    assert!(fields["updated_at"].as_str().is_some_and(|t| t.len() >= 20 && t.contains('T')), "{fields}");
+    // Any other file is stored as sent.
+    post(&app, "/api/v1/content/write", &json!({"uri": "viking://~/notes/plain.md", "content": "as sent\n"})).await;
+    let raw =
+        call(&app, Handler::Content, "GET", "/api/v1/content/read?uri=viking://~/notes/plain.md&raw=true", &[], None)
+            .await;
+    assert_eq!(ok(&raw), "as sent\n");
 }
 
 #[tokio::test]
