@@ -486,7 +486,8 @@ impl<'a> Writes<'a> {
 
     /// Removes the file at `uri`, or the directory with everything below it
     /// when `recursive` (a directory holding only its own summaries and
-    /// marker goes without). Returns the URIs of the files removed.
+    /// marker goes without). Pushes each removed file's URI to `done` as
+    /// it goes, so a caller knows what changed even when it fails.
     ///
     /// Cost: one HEAD and one LIST; one DELETE per file. Unknown outcomes:
     /// a repeated delete is harmless; a failure part way leaves the rest
@@ -496,7 +497,7 @@ impl<'a> Writes<'a> {
     /// Forbidden; [`WriteError::NotFound`]; [`WriteError::Invalid`] for a
     /// directory with files without `recursive`, or one over
     /// [`MAX_TREE_FILES`]; store errors.
-    pub async fn remove(&self, uri: &VikingUri, recursive: bool) -> Result<Vec<VikingUri>, WriteError> {
+    pub async fn remove(&self, uri: &VikingUri, recursive: bool, done: &mut Vec<VikingUri>) -> Result<(), WriteError> {
         let uri = self.authorize(uri)?;
         let keys = self.files_at(&uri).await?;
         if keys.is_empty() {
@@ -511,19 +512,20 @@ impl<'a> Writes<'a> {
                 "recursive: {uri} is a directory with files; pass recursive=true to remove it all"
             )));
         }
-        let mut removed = Vec::with_capacity(keys.len());
         for key in &keys {
             self.store.delete(key).await?;
-            removed.extend(uri_for_tree_key(&self.identity.account, key));
+            done.extend(uri_for_tree_key(&self.identity.account, key));
         }
-        Ok(removed)
+        Ok(())
     }
 
     /// Moves the file or directory at `from` to `to` (both authorised):
-    /// each file is copied to its new key (create-if-absent) and then
-    /// removed from the old one, so a failure part way leaves every file
-    /// in at least one place. Returns the URIs of the files written and
-    /// removed.
+    /// every file is copied to its new key (create-if-absent) first, then
+    /// every original removed (compare-and-swap: one changed meanwhile
+    /// stays). A failure while copying removes the copies made, so nothing
+    /// moved; a failure while removing leaves the move complete at `to`
+    /// with some originals still at `from`, and says so. Pushes every URI
+    /// written or removed to `done` as it goes.
     ///
     /// Cost: a HEAD per ancestor of `to` (all at once), one HEAD, one LIST;
     /// per file one GET, one PUT and one DELETE.
@@ -532,7 +534,7 @@ impl<'a> Writes<'a> {
     /// Forbidden; [`WriteError::NotFound`]; [`WriteError::Invalid`] when
     /// `to` lies inside `from`; [`WriteError::Conflict`] when something
     /// is at `to` already, or a file above it; store errors.
-    pub async fn mv(&self, from: &VikingUri, to: &VikingUri) -> Result<(Vec<VikingUri>, Vec<VikingUri>), WriteError> {
+    pub async fn mv(&self, from: &VikingUri, to: &VikingUri, done: &mut Vec<VikingUri>) -> Result<usize, WriteError> {
         let from = self.authorize(from)?;
         let to = self.authorize(to)?;
         if to.is_under(&from) {
@@ -552,25 +554,51 @@ impl<'a> Writes<'a> {
         if target_taken {
             return Err(WriteError::Conflict(format!("to_uri: {to} already exists")));
         }
-        let (mut written, mut removed) = (Vec::new(), Vec::new());
+        // (original key, its etag, the copy's key)
+        let mut copied: Vec<(String, String, String)> = Vec::with_capacity(keys.len());
         for key in &keys {
             let new_key = format!("{to_key}{}", &key[from_key.len()..]);
-            let object = self.store.get(key).await?;
-            match self.store.put(&new_key, object.body.clone(), PutMode::CreateNew).await {
-                Ok(_) => {}
-                // Unknown outcome earlier, or a retry: the same bytes are there.
-                Err(StoreError::Conflict(_)) if self.store.get(&new_key).await.is_ok_and(|o| o.body == object.body) => {
+            let copy = async {
+                let object = self.store.get(key).await?;
+                match self.store.put(&new_key, object.body.clone(), PutMode::CreateNew).await {
+                    Ok(_) => Ok(object.meta.etag),
+                    // An unknown outcome of our own put: the same bytes are there.
+                    Err(StoreError::Conflict(_))
+                        if self.store.get(&new_key).await.is_ok_and(|o| o.body == object.body) =>
+                    {
+                        Ok(object.meta.etag)
+                    }
+                    Err(StoreError::Conflict(_)) => {
+                        Err(WriteError::Conflict(format!("to_uri: {to} was written by another request")))
+                    }
+                    Err(e) => Err(e.into()),
                 }
-                Err(StoreError::Conflict(_)) => {
-                    return Err(WriteError::Conflict(format!("to_uri: {to} was written by another request")));
+            };
+            match copy.await {
+                Ok(etag) => {
+                    done.extend(uri_for_tree_key(&self.identity.account, &new_key));
+                    copied.push((key.clone(), etag, new_key));
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    // Nothing moved: the copies go (a copy that stays is a
+                    // duplicate, never a loss).
+                    for (_, _, copy) in &copied {
+                        let _ = self.store.delete(copy).await;
+                    }
+                    return Err(e);
+                }
             }
-            written.extend(uri_for_tree_key(&self.identity.account, &new_key));
-            self.store.delete_if(key, &object.meta.etag).await?;
-            removed.extend(uri_for_tree_key(&self.identity.account, key));
         }
-        Ok((written, removed))
+        for (key, etag, _) in &copied {
+            if let Err(e) = self.store.delete_if(key, etag).await {
+                return Err(WriteError::Conflict(format!(
+                    "from_uri: every file is at {to}, but {} could not be removed from {from} ({e}); remove what is left there",
+                    uri_for_tree_key(&self.identity.account, key).map_or_else(|| key.clone(), |u| u.to_string())
+                )));
+            }
+            done.extend(uri_for_tree_key(&self.identity.account, key));
+        }
+        Ok(copied.len())
     }
 }
 

@@ -101,7 +101,7 @@ pub async fn handle(app: &App, route: Route, request: &http::Request<bytes::Byte
         Err(e) => return error_response(&e),
     };
     let query = Query::parse(request.uri().query());
-    match within_deadline(&admitted.deadline, run(app, &admitted, route, query)).await {
+    match within_deadline(&admitted.deadline, run_and_index(app, &admitted, route, query)).await {
         Ok(result) => ok(result, None),
         Err(e) => error_response(&e),
     }
@@ -139,17 +139,43 @@ fn text_field(body: &mut Body, name: &str) -> Option<String> {
     body.string(name)
 }
 
-async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query) -> Result<Value, ApiError> {
+/// Runs `route` as the caller, logs what changed and indexes it (also
+/// when the route failed part way), and adds the indexing's `status`.
+async fn run_and_index(app: &App, admitted: &Admitted<'_>, route: Route, query: Query) -> Result<Value, ApiError> {
     let shared_writer = matches!(admitted.role, Role::Admin | Role::Root);
     let writes = Writes::new(&app.store, &admitted.identity, shared_writer, admitted.now);
-    // (the result, the files whose index records changed, whether to wait)
-    let (mut result, changed, wait) = match route {
+    // The files whose index records change, kept even when the route
+    // fails part way: what changed is indexed either way.
+    let mut changed: Vec<VikingUri> = Vec::new();
+    let outcome = run(&writes, admitted, route, query, &mut changed).await;
+    if !changed.is_empty() || outcome.is_ok() {
+        // The record of who changed what, beside the memories' fields blocks.
+        let identity = &admitted.identity;
+        let peer = identity.actor_peer.as_ref().map(ToString::to_string);
+        tracing::info!(account = %identity.account, user = %identity.user, peer, ?route, files = changed.len(), "tree changed");
+    }
+    let status = index(app, admitted, &changed).await;
+    let mut result = outcome?;
+    result["status"] = json!(status);
+    Ok(result)
+}
+
+/// Runs `route`'s change, pushing every file it writes or removes to
+/// `changed` as it goes; the route's result.
+async fn run(
+    writes: &Writes<'_>,
+    admitted: &Admitted<'_>,
+    route: Route,
+    mut query: Query,
+    changed: &mut Vec<VikingUri>,
+) -> Result<Value, ApiError> {
+    Ok(match route {
         Route::Write => {
             let mut body = Body::parse(admitted.body, WRITE_FIELDS)?;
             let uri = uri_field(&mut body, "uri");
             let content = text_field(&mut body, "content");
             let mode = body.literal("mode", &["replace", "append", "create"]);
-            let wait = body.boolean("wait").unwrap_or(false);
+            body.boolean("wait");
             body.number("timeout");
             body.finish()?;
             let (Some(uri), Some(content)) = (uri, content) else { return Err(missing()) };
@@ -158,13 +184,14 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
             let result = json!({
                 "uri": written.uri, "mode": mode.as_str(), "created": written.created, "size": written.size,
             });
-            (result, vec![written.uri], wait)
+            changed.push(written.uri);
+            result
         }
         Route::BatchWrite => {
             let mut body = Body::parse(admitted.body, BATCH_WRITE_FIELDS)?;
             let identity = &admitted.identity;
             let root = uri_field(&mut body, "root_uri").map(|r| identity.resolve_home(&r));
-            let wait = body.boolean("wait").unwrap_or(true);
+            body.boolean("wait");
             body.number("timeout");
             let operations = batch_operations(&mut body, root.as_ref(), |u| identity.resolve_home(u));
             body.finish()?;
@@ -178,7 +205,7 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
                     return Err(at_operation(i, error));
                 }
             }
-            let (mut results, mut changed) = (Vec::with_capacity(operations.len()), Vec::new());
+            let mut results = Vec::with_capacity(operations.len());
             for (i, (uri, bytes, mode)) in operations.into_iter().enumerate() {
                 let written = writes.write_bytes(&uri, bytes, mode).await.map_err(|e| at_operation(i, e))?;
                 results.push(json!({
@@ -186,7 +213,7 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
                 }));
                 changed.push(written.uri);
             }
-            (json!({ "root_uri": root, "written": results.len(), "results": results }), changed, wait)
+            json!({ "root_uri": root, "written": results.len(), "results": results })
         }
         Route::Edit => {
             let mut body = Body::parse(admitted.body, EDIT_FIELDS)?;
@@ -194,12 +221,13 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
             let old = text_field(&mut body, "old_string");
             let new = text_field(&mut body, "new_string");
             let replace_all = body.boolean("replace_all").unwrap_or(false);
-            let wait = body.boolean("wait").unwrap_or(false);
+            body.boolean("wait");
             body.number("timeout");
             body.finish()?;
             let (Some(uri), Some(old), Some(new)) = (uri, old, new) else { return Err(missing()) };
             let written = writes.edit(&uri, &old, &new, replace_all).await?;
-            (json!({ "uri": written.uri, "size": written.size }), vec![written.uri], wait)
+            changed.push(written.uri.clone());
+            json!({ "uri": written.uri, "size": written.size })
         }
         Route::Mkdir => {
             let mut body = Body::parse(admitted.body, MKDIR_FIELDS)?;
@@ -208,40 +236,32 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
             body.finish()?;
             let Some(uri) = uri else { return Err(missing()) };
             let (uri, created) = writes.mkdir(&uri, description.as_deref()).await?;
-            let summary = description.is_some().then(|| uri.join(crate::ingest::ABSTRACT_SIDECAR).ok()).flatten();
-            (json!({ "uri": uri, "created": created }), summary.into_iter().collect(), false)
+            if description.is_some_and(|d| !d.trim().is_empty()) {
+                changed.extend(uri.join(crate::ingest::ABSTRACT_SIDECAR).ok());
+            }
+            json!({ "uri": uri, "created": created })
         }
         Route::Mv => {
             let mut body = Body::parse(admitted.body, MV_FIELDS)?;
             let from = uri_field(&mut body, "from_uri");
             let to = uri_field(&mut body, "to_uri");
-            let wait = body.boolean("wait").unwrap_or(false);
+            body.boolean("wait");
             body.number("timeout");
             body.finish()?;
             let (Some(from), Some(to)) = (from, to) else { return Err(missing()) };
-            let (written, removed) = writes.mv(&from, &to).await?;
-            let result = json!({
-                "from_uri": writes.authorize(&from)?, "to_uri": writes.authorize(&to)?, "moved": written.len(),
-            });
-            (result, written.into_iter().chain(removed).collect(), wait)
+            let moved = writes.mv(&from, &to, changed).await?;
+            json!({ "from_uri": writes.authorize(&from)?, "to_uri": writes.authorize(&to)?, "moved": moved })
         }
         Route::Remove => {
             let uri = uri_param(&mut query);
             let recursive = query.boolean("recursive").unwrap_or(false);
-            let wait = query.boolean("wait").unwrap_or(false);
+            query.boolean("wait");
             query.finish()?;
             let Some(uri) = uri else { return Err(missing()) };
-            let removed = writes.remove(&uri, recursive).await?;
-            let result = json!({ "uri": writes.authorize(&uri)?, "deleted": removed.len() });
-            (result, removed, wait)
+            writes.remove(&uri, recursive, changed).await?;
+            json!({ "uri": writes.authorize(&uri)?, "deleted": changed.len() })
         }
-    };
-    // The record of who changed what, beside the memories' fields blocks.
-    let identity = &admitted.identity;
-    let peer = identity.actor_peer.as_ref().map(ToString::to_string);
-    tracing::info!(account = %identity.account, user = %identity.user, peer, ?route, files = changed.len(), "tree changed");
-    result["status"] = json!(index(app, admitted, &changed, wait).await);
-    Ok(result)
+    })
 }
 
 /// `e`, naming operation `i` of a batch (what went before it was
@@ -383,7 +403,7 @@ fn missing() -> ApiError {
 /// (`indexed`, `queued`, or `index_failed: …`). `wait` is accepted as the
 /// reference's: inline indexing always finishes before the answer, and
 /// notifications are not waited for.
-async fn index(app: &App, admitted: &Admitted<'_>, changed: &[VikingUri], _wait: bool) -> String {
+async fn index(app: &App, admitted: &Admitted<'_>, changed: &[VikingUri]) -> String {
     if changed.is_empty() {
         return "indexed".into();
     }

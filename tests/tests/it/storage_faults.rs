@@ -43,6 +43,7 @@ skald_tests::on_both_stores!(worker_threads = 4;
     a_truncated_manifest_read_is_read_again,
     store_failures_reach_the_client_without_keys,
     read_backs_cost_a_round_trip_only_after_an_unknown_outcome,
+    a_move_that_fails_while_copying_moves_nothing,
 );
 
 // ---------------------------------------------------------------- helpers
@@ -503,4 +504,53 @@ async fn read_backs_cost_a_round_trip_only_after_an_unknown_outcome(store: Share
     // An append: meta GET, slot PUT, meta PUT; a commit: manifest GET,
     // segment PUT, manifest PUT. Each unknown outcome adds one GET.
     assert_eq!(calls, [3, 4, 4, 4, 4, 3, 4, 4], "{figures:?}");
+}
+
+/// `fs/mv` of a directory: a copy that fails (the second file's put)
+/// undoes the copies made, so every file is where it was and the
+/// destination is empty; a removal that fails leaves the move complete at
+/// the destination, says which original is left, and loses nothing.
+async fn a_move_that_fails_while_copying_moves_nothing(store: SharedStore) {
+    let faults = faulty(store.clone(), Vec::new());
+    let app = app_over_store(shared(&faults));
+    let write = |name: &'static str| {
+        let app = Arc::clone(&app);
+        async move {
+            let body = json!({"uri": format!("viking://~/trip/{name}"), "content": format!("{name} says hello")});
+            call(&app, Handler::Content, "POST", "/api/v1/content/write", &[], Some(&body)).await
+        }
+    };
+    for name in ["a.md", "b.md", "c.md"] {
+        assert_eq!(write(name).await.status, 200);
+    }
+    let files = |prefix: &'static str| {
+        let store = store.clone();
+        async move {
+            let mut keys: Vec<String> = store
+                .list(&format!("accounts/default/tree/user/default/{prefix}/"))
+                .await
+                .expect("list")
+                .into_iter()
+                .map(|m| m.key.rsplit('/').next().unwrap_or_default().to_owned())
+                .collect();
+            keys.sort();
+            keys
+        }
+    };
+    let mv = json!({"from_uri": "viking://~/trip", "to_uri": "viking://~/archive/trip"});
+    faults.push(Rule::nth(Op::Put, "archive/trip/b.md", 1, Fault::FailBeforeLanding));
+    let failed = call(&app, Handler::Content, "POST", "/api/v1/fs/mv", &[], Some(&mv)).await;
+    assert_eq!(failed.status, 503, "{}", failed.text);
+    assert_no_internals(&failed.text);
+    assert_eq!(files("trip").await, ["a.md", "b.md", "c.md"]);
+    assert!(files("archive/trip").await.is_empty(), "the copies made stay: {:?}", files("archive/trip").await);
+    faults.clear();
+
+    faults.push(Rule::nth(Op::Delete, "trip/c.md", 1, Fault::FailBeforeLanding));
+    let half = call(&app, Handler::Content, "POST", "/api/v1/fs/mv", &[], Some(&mv)).await;
+    assert_eq!(half.status, 409, "{}", half.text);
+    assert!(half.text.contains("viking://user/default/trip/c.md"), "{}", half.text);
+    faults.clear();
+    assert_eq!(files("archive/trip").await, ["a.md", "b.md", "c.md"]);
+    assert_eq!(files("trip").await, ["c.md"]);
 }
