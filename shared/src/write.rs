@@ -17,7 +17,6 @@ use bytes::Bytes;
 
 use crate::identity::{Identity, SHARED_ROOTS};
 use crate::index::extract::MEMORY_FIELDS_MARKER;
-use crate::memory::extract::split_memory;
 use crate::store::{PutMode, SharedStore, StoreError};
 use crate::uri::{VikingUri, tree_key, uri_for_tree_key};
 
@@ -107,6 +106,21 @@ pub struct Written {
     pub created: bool,
     /// Its size now, in bytes.
     pub size: usize,
+}
+
+/// A memory's text split into what it says (trimmed at the end) and its
+/// trailing fields block as a JSON object (empty when it has none, or one
+/// that does not decode); the fields other writers keep (an extraction's
+/// category and sources) survive as they are.
+fn split_fields(text: &str) -> (&str, serde_json::Map<String, serde_json::Value>) {
+    match text.find(MEMORY_FIELDS_MARKER) {
+        Some(at) => {
+            let block = text[at + MEMORY_FIELDS_MARKER.len()..].trim();
+            let json = block.strip_suffix("-->").unwrap_or(block).trim();
+            (text[..at].trim_end(), serde_json::from_str(json).unwrap_or_default())
+        }
+        None => (text.trim_end(), serde_json::Map::new()),
+    }
 }
 
 /// Whether `uri` is a memory file: a user's `memories/…` Markdown file,
@@ -199,10 +213,10 @@ impl<'a> Writes<'a> {
         if !is_memory(uri) {
             return text.to_owned();
         }
-        let (_, mut fields) = old.map(split_memory).unwrap_or_default();
-        let (body, _) = split_memory(text);
-        fields.updated_at.clone_from(&self.stamp);
-        fields.written_by = self.writer();
+        let mut fields = old.map(|old| split_fields(old).1).unwrap_or_default();
+        let (body, _) = split_fields(text);
+        fields.insert("updated_at".into(), self.stamp.clone().into());
+        fields.insert("written_by".into(), self.writer().into());
         let json = serde_json::to_string(&fields).unwrap_or_else(|_| "{}".to_owned());
         format!("{body}\n\n{MEMORY_FIELDS_MARKER}\n{json}\n-->\n")
     }
@@ -337,7 +351,7 @@ impl<'a> Writes<'a> {
                 let memory = is_memory(&uri);
                 self.update(&uri, |old| {
                     let before = match old {
-                        Some(old) if memory => split_memory(old).0.to_owned(),
+                        Some(old) if memory => split_fields(old).0.to_owned(),
                         Some(old) => old.to_owned(),
                         None => String::new(),
                     };
@@ -382,7 +396,7 @@ impl<'a> Writes<'a> {
         let memory = is_memory(&uri);
         self.update(&uri, move |text| {
             let Some(text) = text else { return Err(WriteError::NotFound(target.clone())) };
-            let text = if memory { split_memory(text).0 } else { text };
+            let text = if memory { split_fields(text).0 } else { text };
             match text.matches(old).count() {
                 0 => Err(WriteError::Invalid(format!("old_string: not found in {target}"))),
                 1 => Ok(Some(text.replacen(old, new, 1))),
@@ -643,5 +657,21 @@ mod tests {
     fn hidden_names_are_a_bad_request() {
         let got = may_write(&alice(None), true, &VikingUri::parse("viking://~/docs/.abstract.md").expect("valid"));
         assert!(matches!(&got, Err(WriteError::Invalid(m)) if m.starts_with("uri:")), "{got:?}");
+    }
+}
+
+#[cfg(test)]
+mod fields_tests {
+    use super::*;
+
+    #[test]
+    fn a_fields_block_splits_off_and_keeps_what_it_holds() {
+        let text =
+            "Biscuit eats salmon.\n\n<!-- MEMORY_FIELDS\n{\"category\":\"entities\",\"written_by\":\"x\"}\n-->\n";
+        let (body, fields) = split_fields(text);
+        assert_eq!(body, "Biscuit eats salmon.");
+        assert_eq!(fields.get("category").and_then(|v| v.as_str()), Some("entities"));
+        assert_eq!(split_fields("plain\n").0, "plain");
+        assert!(split_fields("x <!-- MEMORY_FIELDS not json -->").1.is_empty());
     }
 }
