@@ -632,17 +632,20 @@ impl<'a> Sessions<'a> {
     }
 
     /// The messages not yet archived, oldest first (at most
-    /// [`MAX_ARCHIVE_MESSAGES`], the oldest): what a commit's keep window
-    /// left live, or what no commit has archived yet.
+    /// [`MAX_ARCHIVE_MESSAGES`], the oldest), from sequence number `from`
+    /// on when given (a commit whose archive mark has not moved yet names
+    /// where its archive ends): what a commit's keep window left live, or
+    /// what no commit has archived yet.
     ///
     /// Cost: a meta GET and one GET per message, [`READ_CONCURRENCY`] at a
     /// time.
     ///
     /// # Errors
     /// [`SessionError::NotFound`]; store or decoding errors.
-    pub async fn live_messages(&self, id: &SessionId) -> Result<Vec<StoredMessage>, SessionError> {
+    pub async fn live_messages(&self, id: &SessionId, from: Option<u64>) -> Result<Vec<StoredMessage>, SessionError> {
         let (meta, _) = self.meta(id).await?.ok_or_else(|| SessionError::NotFound(id.as_str().to_owned()))?;
-        let seqs: Vec<u64> = meta.recorded_in(meta.archived_seq..meta.end_seq()).take(MAX_ARCHIVE_MESSAGES).collect();
+        let start = from.unwrap_or(0).max(meta.archived_seq);
+        let seqs: Vec<u64> = meta.recorded_in(start..meta.end_seq()).take(MAX_ARCHIVE_MESSAGES).collect();
         self.messages_at(id, seqs).await
     }
 

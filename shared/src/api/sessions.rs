@@ -508,7 +508,12 @@ async fn commit(
         let plan = match sessions.plan_commit(id, keep, now).await {
             Ok(Ok(plan)) => plan,
             Ok(Err(skip)) => {
-                let live = keep_live(app, admitted, sessions, id, at).await;
+                // Best effort: what is live stays live, and the next
+                // commit keeps it.
+                let live = keep_live(app, admitted, sessions, id, None, at).await.unwrap_or_else(|(messages, e)| {
+                    tracing::warn!(session = id.as_str(), error = %e, "the live messages' episodes were not written; the next commit writes them");
+                    Live { messages, episodes: None }
+                });
                 return Ok(json!({
                     "session_id": id.as_str(),
                     "status": "skipped",
@@ -535,6 +540,11 @@ async fn commit(
         // between the two is finished by the next one, which plans the
         // same range and writes the same files once.
         let events = remember(app, admitted, sessions, id, &plan, at).await?;
+        // The live episodes give way to the archive's before the mark
+        // moves, so a message is never in both once the commit lands.
+        let live = keep_live(app, admitted, sessions, id, Some(plan.range.to_seq), at).await.map_err(|(_, e)| {
+            ApiError::dependency("the conversation's memories could not be written; retry the commit", e)
+        })?;
         let counted = [("events", events as u64)];
         let memories: &[(&str, u64)] = if events == 0 { &[] } else { &counted };
         match sessions.mark_archived(id, &plan, &claimed, memories, now).await {
@@ -551,7 +561,6 @@ async fn commit(
                         catch_up(app, admitted, &before).await;
                     }
                 }
-                let live = keep_live(app, admitted, sessions, id, at).await;
                 return Ok(json!({
                     "session_id": id.as_str(),
                     "status": "accepted",
@@ -583,34 +592,30 @@ struct Live {
     episodes: Option<usize>,
 }
 
-/// Keeps the messages a commit left live (its keep window) as event
-/// memories too, so what was said is found before a commit archives it:
-/// the episodes of "archive 0", which never exists
-/// ([`crate::memory::remember_archive`] with index 0). Each commit writes
-/// them again from the live messages, removing those a new archive now
-/// holds, so a message is one episode at rest. Two commits racing can
-/// leave one commit's view until the next commit. A failure is logged and
-/// left for the next commit: the archive (if any) stands.
+/// Keeps the messages a commit leaves live (its keep window, and what was
+/// appended meanwhile) as event memories too, so what was said is found
+/// before a commit archives it: the episodes of "archive 0", which is
+/// never claimed ([`crate::memory::remember_archive`] with index 0), from
+/// sequence number `from` on (where the commit's archive ends; `None`: the
+/// archive mark). Each commit writes them again, removing those its
+/// archive now holds, before its mark moves. Two commits of one session
+/// racing can leave one's view until the next commit.
+///
+/// # Errors
+/// The live messages' count (0 when they could not be read) and what
+/// failed.
 async fn keep_live(
     app: &App,
     admitted: &Admitted<'_>,
     sessions: &Sessions<'_>,
     id: &SessionId,
+    from: Option<u64>,
     at: time::OffsetDateTime,
-) -> Live {
-    let messages = match sessions.live_messages(id).await {
-        Ok(messages) => messages,
-        Err(e) => {
-            tracing::warn!(session = id.as_str(), error = %e, "the live messages were not read; the next commit keeps them");
-            return Live { messages: 0, episodes: None };
-        }
-    };
+) -> Result<Live, (usize, String)> {
+    let messages = sessions.live_messages(id, from).await.map_err(|e| (0, e.to_string()))?;
     match crate::memory::remember_archive(app, &admitted.identity, id, 0, &messages, at).await {
-        Ok(events) => Live { messages: messages.len(), episodes: Some(events.len()) },
-        Err(e) => {
-            tracing::warn!(session = id.as_str(), error = %e, "the live messages' episodes were not written; the next commit writes them");
-            Live { messages: messages.len(), episodes: None }
-        }
+        Ok(events) => Ok(Live { messages: messages.len(), episodes: Some(events.len()) }),
+        Err(e) => Err((messages.len(), e.to_string())),
     }
 }
 
