@@ -95,11 +95,7 @@ pub async fn write_episodes(
         "{}/.episodes.json",
         tree_key(&identity.account, &crate::sessions::Sessions::new(store, identity).archive_uri(session, archive))
     );
-    let listed: Vec<String> = match store.get(&list_key).await {
-        Ok(object) => serde_json::from_slice(&object.body).unwrap_or_default(),
-        Err(StoreError::NotFound(_)) => Vec::new(),
-        Err(e) => return Err(e.into()),
-    };
+    let listed = read_list(store, &list_key).await?;
     let mut all = listed.clone();
     all.extend(ours.iter().filter(|u| !listed.contains(u)).cloned());
     if all != listed {
@@ -134,6 +130,32 @@ pub async fn write_episodes(
         store.put(&list_key, list_body(&ours), PutMode::Overwrite).await?;
     }
     Ok((placed.into_iter().map(|(uri, _)| uri).collect(), stale))
+}
+
+/// The episode list at `key` (empty when there is none). A body that
+/// does not decode is read once more (a response cut in transit decodes
+/// on the second read) and is then an error, never an empty list: what it
+/// names would be left behind as duplicates.
+async fn read_list(store: &SharedStore, key: &str) -> Result<Vec<String>, MemoryError> {
+    for attempt in 1..=2 {
+        let object = match store.get(key).await {
+            Ok(object) => object,
+            Err(StoreError::NotFound(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        match serde_json::from_slice(&object.body) {
+            Ok(listed) => return Ok(listed),
+            Err(e) if attempt == 2 => {
+                return Err(MemoryError::Store(StoreError::Backend {
+                    op: "get",
+                    key: key.to_owned(),
+                    message: format!("the episode list does not decode: {e}"),
+                }));
+            }
+            Err(_) => {}
+        }
+    }
+    Ok(Vec::new())
 }
 
 fn list_body(uris: &[String]) -> bytes::Bytes {

@@ -44,6 +44,7 @@ skald_tests::on_both_stores!(worker_threads = 4;
     store_failures_reach_the_client_without_keys,
     read_backs_cost_a_round_trip_only_after_an_unknown_outcome,
     a_move_that_fails_while_copying_moves_nothing,
+    a_garbled_episode_list_fails_the_commit_rather_than_leave_duplicates,
 );
 
 // ---------------------------------------------------------------- helpers
@@ -553,4 +554,44 @@ async fn a_move_that_fails_while_copying_moves_nothing(store: SharedStore) {
     faults.clear();
     assert_eq!(files("archive/trip").await, ["a.md", "b.md", "c.md"]);
     assert_eq!(files("trip").await, ["c.md"]);
+}
+
+/// The live episodes' list (`archive_000/.episodes.json`) names what a
+/// commit must remove once it archives those messages: read garbled twice,
+/// the commit fails (503) rather than take it for empty and leave the old
+/// live episodes beside the archive's; its retry then leaves every message
+/// in exactly one episode.
+async fn a_garbled_episode_list_fails_the_commit_rather_than_leave_duplicates(store: SharedStore) {
+    let session = "garbled";
+    let faults = faulty(store.clone(), Vec::new());
+    let app = app_over_store(shared(&faults));
+    let commit = |keep: u64| {
+        let app = Arc::clone(&app);
+        async move {
+            let body = json!({"keep_recent_count": keep});
+            sessions_post(&app, &format!("{SESSIONS_PATH}/{session}/commit"), &body).await
+        }
+    };
+    for id in ["m1", "m2", "m3", "m4"] {
+        assert_eq!(append(&app, session, id).await.status, 200);
+    }
+    assert_eq!(commit(10).await.json["result"]["reason"], "all_within_keep_window");
+    for id in ["m5", "m6"] {
+        assert_eq!(append(&app, session, id).await.status, 200);
+    }
+    faults.push(Rule::every(Op::Get, "archive_000/.episodes.json", Fault::ForeignBody));
+    let failed = commit(2).await;
+    assert_eq!(failed.status, 503, "{}", failed.text);
+    assert_no_internals(&failed.text);
+    faults.clear();
+    let landed = commit(2).await;
+    assert_eq!(landed.json["result"]["archived_message_count"], 4, "{}", landed.text);
+    let events = store.list("accounts/default/tree/user/default/memories/events/").await.expect("list the events");
+    let mut text = String::new();
+    for object in events.iter().filter(|o| o.key.rsplit('/').next().is_some_and(|n| n.starts_with(session))) {
+        text.push_str(&String::from_utf8_lossy(&store.get(&object.key).await.expect("an episode").body));
+    }
+    for id in ["m1", "m2", "m3", "m4", "m5", "m6"] {
+        assert_eq!(text.matches(&format!(": text of {id}\n")).count(), 1, "{id} in: {text}");
+    }
 }
