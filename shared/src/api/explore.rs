@@ -94,7 +94,8 @@ fn uri_field(body: &mut Body, name: &str) -> Option<VikingUri> {
 /// `node_limit`: 1 to [`MAX_NODE_LIMIT`], default [`DEFAULT_NODE_LIMIT`].
 fn node_limit(body: &mut Body) -> usize {
     let max = i64::try_from(MAX_NODE_LIMIT).unwrap_or(i64::MAX);
-    body.int("node_limit", Some(1), Some(max)).map_or(256, |n| usize::try_from(n).unwrap_or(256))
+    let limit = body.int("node_limit", Some(1), Some(max)).unwrap_or(DEFAULT_NODE_LIMIT);
+    usize::try_from(limit).unwrap_or(usize::MAX)
 }
 
 async fn run(app: &App, admitted: &Admitted<'_>, route: Route) -> Result<(Value, bool), ApiError> {
@@ -120,7 +121,7 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route) -> Result<(Value,
                 patterns,
                 case_insensitive,
                 node_limit,
-                level_limit: usize::try_from(level_limit).unwrap_or(10),
+                level_limit: usize::try_from(level_limit).unwrap_or(usize::MAX),
                 exclude,
             };
             let found = grep(&content, &uri, &options).await?;
