@@ -111,20 +111,6 @@ pub struct Caller {
     pub role: Role,
 }
 
-/// [`resolve_caller`]'s identity alone.
-///
-/// # Errors
-/// As [`resolve_caller`].
-pub async fn resolve_identity(
-    config: &IdentityConfig,
-    keys: &KeyTable,
-    headers: &HeaderMap,
-    claims: Option<&AuthorizerClaims>,
-    now: Instant,
-) -> Result<Identity, ApiError> {
-    resolve_caller(config, keys, headers, claims, now).await.map(|c| c.identity)
-}
-
 /// The identity of a request, per the configured mode (see the module's
 /// table), with its role ([`Caller`]). `keys` is the warm key table (`api_key` mode only); `now` the
 /// caller's clock for its revalidation.
@@ -215,7 +201,7 @@ mod tests {
         pairs: &[(&'static str, &str)],
         claims: Option<&AuthorizerClaims>,
     ) -> Result<Identity, ApiError> {
-        resolve_identity(config, &no_keys(), &headers(pairs), claims, Instant::now()).await
+        resolve_caller(config, &no_keys(), &headers(pairs), claims, Instant::now()).await.map(|c| c.identity)
     }
 
     fn dev() -> IdentityConfig {
@@ -224,6 +210,20 @@ mod tests {
 
     fn claims(pairs: &[(&str, &str)]) -> AuthorizerClaims {
         AuthorizerClaims(pairs.iter().map(|(k, v)| ((*k).to_owned(), Value::from(*v))).collect())
+    }
+
+    /// What a caller may write beyond its own tree follows from how it
+    /// came: dev mode's headers as an admin, a token's claims as a user.
+    #[tokio::test]
+    async fn callers_carry_the_role_of_their_credential() {
+        let role = |config: IdentityConfig, with: Option<AuthorizerClaims>| async move {
+            resolve_caller(&config, &no_keys(), &headers(&[]), with.as_ref(), Instant::now()).await.map(|c| c.role)
+        };
+        assert_eq!(role(dev(), None).await.ok(), Some(Role::Admin));
+        let token = claims(&[("sub", "alice"), ("custom:account", "acme")]);
+        assert_eq!(role(dev(), Some(token.clone())).await.ok(), Some(Role::User));
+        let authorizer = IdentityConfig { mode: IdentityMode::Authorizer, ..IdentityConfig::default() };
+        assert_eq!(role(authorizer, Some(token)).await.ok(), Some(Role::User));
     }
 
     #[tokio::test]
