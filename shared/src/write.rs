@@ -1,10 +1,13 @@
 //! The write path for files agents and operators name: `content/write`
-//! (replace, append, create), `content/edit`, `fs/mkdir`, `fs/mv` and
-//! `DELETE /fs`. Every write is a store object under compare-and-swap and
-//! reaches the index through the indexer's own [`crate::indexer::apply`]
-//! — the store's notifications deployed, or inline when the store sends
-//! none or the caller waits ([`crate::memory::index_now`]) — so a write,
-//! a move or a delete leaves no stale record in `find`.
+//! (replace, append, create) and `batch-write`, `content/edit`,
+//! `fs/mkdir`, `fs/mv` and `DELETE /fs`. Every write is one store object:
+//! a create is create-if-absent, an append, an edit and any memory's write
+//! a compare-and-swap over what was read (a memory keeps its fields
+//! block), a plain replace the last writer's. What changes reaches the
+//! index through the indexer's own [`crate::indexer::apply`] — the store's
+//! notifications deployed, inline where the store sends none
+//! ([`crate::memory::index_now`], called by the routes) — so a write, a
+//! move or a delete leaves no stale record in `find`.
 //!
 //! Who may write where ([`may_write`]): every identity its own user tree
 //! (not its sessions, which the session routes write; with an acting peer,
