@@ -1455,21 +1455,13 @@ mod tests {
     #[test]
     fn message_text_is_content_or_text_parts() {
         let mut m = StoredMessage {
-            id: "m".into(),
-            role: "user".into(),
             content: None,
             parts: Some(vec![
                 serde_json::json!({"type": "text", "text": "a"}),
                 serde_json::json!({"type": "context", "uri": "viking://x"}),
                 serde_json::json!({"type": "text", "text": "b"}),
             ]),
-            created_at: String::new(),
-            turn_id: None,
-            message_kind: None,
-            peer_id: None,
-            source_message_ids: None,
-            seq: 0,
-            claim: None,
+            ..StoredMessage::said("m", "user", "", "")
         };
         assert_eq!(m.text(), "a\nb");
         m.content = Some("c".into());

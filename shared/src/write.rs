@@ -325,7 +325,7 @@ impl<'a> Writes<'a> {
                     Some(_) if create => {
                         Err(WriteError::Conflict(format!("{uri} already exists; use mode replace or append")))
                     }
-                    _ => Ok(Some(text.clone())),
+                    _ => Ok(text.clone()),
                 })
                 .await;
         }
@@ -358,7 +358,7 @@ impl<'a> Writes<'a> {
                         Some(old) => old.to_owned(),
                         None => String::new(),
                     };
-                    Ok(Some(format!("{before}{content}")))
+                    Ok(format!("{before}{content}"))
                 })
                 .await
             }
@@ -402,8 +402,8 @@ impl<'a> Writes<'a> {
             let text = if memory { split_fields(text).0 } else { text };
             match text.matches(old).count() {
                 0 => Err(WriteError::Invalid(format!("old_string: not found in {target}"))),
-                1 => Ok(Some(text.replacen(old, new, 1))),
-                _ if replace_all => Ok(Some(text.replace(old, new))),
+                1 => Ok(text.replacen(old, new, 1)),
+                _ if replace_all => Ok(text.replace(old, new)),
                 n => Err(WriteError::Invalid(format!(
                     "old_string: occurs {n} times in {target}; make it unique or set replace_all"
                 ))),
@@ -417,7 +417,7 @@ impl<'a> Writes<'a> {
     async fn update(
         &self,
         uri: &VikingUri,
-        change: impl Fn(Option<&str>) -> Result<Option<String>, WriteError>,
+        change: impl Fn(Option<&str>) -> Result<String, WriteError>,
     ) -> Result<Written, WriteError> {
         let key = self.key(uri);
         for _ in 0..CAS_ATTEMPTS {
@@ -432,7 +432,7 @@ impl<'a> Writes<'a> {
                 Err(e) => return Err(e.into()),
             };
             let created = old.is_none();
-            let Some(text) = change(old.as_deref())? else { return Err(WriteError::Invalid(format!("uri: {uri}"))) };
+            let text = change(old.as_deref())?;
             let text = self.stamped(uri, &text, old.as_deref());
             if text.len() > MAX_FILE_BYTES {
                 return Err(WriteError::TooLarge { uri: uri.clone(), size: text.len(), limit: MAX_FILE_BYTES });

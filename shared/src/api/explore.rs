@@ -83,14 +83,6 @@ pub async fn handle(app: &App, route: Route, request: &Request<bytes::Bytes>) ->
     }
 }
 
-/// A URI field of `body` (`None`: absent, or its problem recorded).
-fn uri_field(body: &mut Body, name: &str) -> Option<VikingUri> {
-    let text = body.string(name)?;
-    VikingUri::parse(text.trim())
-        .map_err(|e| body.error(FieldError::new(name, "value_error", format!("Value error, {e}"))))
-        .ok()
-}
-
 /// `node_limit`: 1 to [`MAX_NODE_LIMIT`], default [`DEFAULT_NODE_LIMIT`].
 fn node_limit(body: &mut Body) -> usize {
     let max = i64::try_from(MAX_NODE_LIMIT).unwrap_or(i64::MAX);
@@ -103,18 +95,14 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route) -> Result<(Value,
     match route {
         Route::Grep => {
             let mut body = Body::parse(admitted.body, GREP_FIELDS)?;
-            if !body.sent("uri") {
-                body.error(FieldError::new("uri", "missing", "Field required"));
-            }
-            if !body.sent("pattern") {
-                body.error(FieldError::new("pattern", "missing", "Field required"));
-            }
-            let uri = uri_field(&mut body, "uri");
+            body.require("uri");
+            body.require("pattern");
+            let uri = body.uri("uri");
             let patterns = body.string_or_list("pattern").unwrap_or_default();
             let case_insensitive = body.boolean("case_insensitive").unwrap_or(false);
             let node_limit = node_limit(&mut body);
             let level_limit = body.int("level_limit", Some(1), Some(MAX_LEVEL_LIMIT)).unwrap_or(DEFAULT_LEVEL_LIMIT);
-            let exclude = uri_field(&mut body, "exclude_uri");
+            let exclude = body.uri("exclude_uri");
             body.finish()?;
             let uri = uri.ok_or_else(|| ApiError::InvalidArgument("uri is required".into()))?;
             let options = GrepOptions {
@@ -134,11 +122,9 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route) -> Result<(Value,
         }
         Route::Glob => {
             let mut body = Body::parse(admitted.body, GLOB_FIELDS)?;
-            if !body.sent("pattern") {
-                body.error(FieldError::new("pattern", "missing", "Field required"));
-            }
+            body.require("pattern");
             let pattern = body.string("pattern").unwrap_or_default();
-            let uri = uri_field(&mut body, "uri");
+            let uri = body.uri("uri");
             let node_limit = node_limit(&mut body);
             body.finish()?;
             let root = VikingUri::parse("viking://").map_err(|e| ApiError::Internal(e.to_string()))?;

@@ -104,6 +104,23 @@ impl Body {
         if self.errors.is_empty() { Ok(self.map) } else { Err(ApiError::Validation(self.errors)) }
     }
 
+    /// Whether required field `name` was sent; records `missing` when not.
+    pub fn require(&mut self, name: &str) -> bool {
+        let sent = self.sent(name);
+        if !sent {
+            self.error(FieldError::new(name, "missing", "Field required"));
+        }
+        sent
+    }
+
+    /// A `viking://` URI field (`value_error` naming what is wrong with it).
+    pub fn uri(&mut self, name: &str) -> Option<crate::uri::VikingUri> {
+        let text = self.string(name)?;
+        crate::uri::VikingUri::parse(text.trim())
+            .map_err(|e| self.error(FieldError::new(name, "value_error", format!("Value error, {e}"))))
+            .ok()
+    }
+
     /// A string field.
     pub fn string(&mut self, name: &str) -> Option<String> {
         match self.raw(name)? {

@@ -107,22 +107,6 @@ pub async fn handle(app: &App, route: Route, request: &http::Request<bytes::Byte
     }
 }
 
-/// A required URI field of `body`.
-fn uri_field(body: &mut Body, name: &str) -> Option<VikingUri> {
-    if !body.sent(name) {
-        body.error(FieldError::new(name, "missing", "Field required"));
-        return None;
-    }
-    let text = body.string(name)?;
-    match VikingUri::parse(text.trim()) {
-        Ok(uri) => Some(uri),
-        Err(e) => {
-            body.error(FieldError::new(name, "value_error", format!("Value error, {e}")));
-            None
-        }
-    }
-}
-
 /// The required `uri` query parameter, validated (`None` with the problem
 /// recorded in `query`).
 fn uri_param(query: &mut Query) -> Option<VikingUri> {
@@ -130,13 +114,14 @@ fn uri_param(query: &mut Query) -> Option<VikingUri> {
     VikingUri::parse(text.trim()).map_err(|e| query.value_error("uri", &e.to_string())).ok()
 }
 
+/// A required URI field of `body` (`missing` or `value_error` recorded).
+fn uri_field(body: &mut Body, name: &str) -> Option<VikingUri> {
+    if body.require(name) { body.uri(name) } else { None }
+}
+
 /// A required string field of `body`.
 fn text_field(body: &mut Body, name: &str) -> Option<String> {
-    if !body.sent(name) {
-        body.error(FieldError::new(name, "missing", "Field required"));
-        return None;
-    }
-    body.string(name)
+    if body.require(name) { body.string(name) } else { None }
 }
 
 /// Runs `route` as the caller, logs what changed and indexes it (also
