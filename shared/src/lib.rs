@@ -11,6 +11,8 @@ pub mod assemble;
 pub mod config;
 pub mod content;
 pub mod deadline;
+#[cfg(feature = "documents")]
+pub mod documents;
 pub mod embed;
 pub mod explore;
 pub mod find;
