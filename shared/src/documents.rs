@@ -92,16 +92,25 @@ pub fn is_archive(name: &str, bytes: &[u8]) -> bool {
     bytes.starts_with(b"PK\x03\x04") || (bytes.starts_with(b"PK\x05\x06") && extension(name) == "zip")
 }
 
-/// The files of the zip archive `bytes` (named `name`), as (relative path,
-/// bytes), directories and symbolic links left out, and the entries left
-/// out with why (hidden names, macOS resource forks).
+/// The files of a zip archive ([`unpack`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Unpacked {
+    /// Each file as (path relative to the archive, `/`-separated; bytes).
+    pub files: Vec<(String, Vec<u8>)>,
+    /// Entries left out, each with why.
+    pub warnings: Vec<String>,
+}
+
+/// The files of the zip archive `bytes` (named `name`), directories and
+/// symbolic links left out, and the entries left out with why (hidden
+/// names, macOS resource forks).
 ///
 /// # Errors
 /// [`DocumentError::Archive`] for an unreadable archive or an entry whose
 /// name leaves the archive (`..`, an absolute path);
 /// [`DocumentError::TooLarge`] past [`MAX_ARCHIVE_FILES`] or
 /// [`MAX_ARCHIVE_BYTES`].
-pub fn unpack(name: &str, bytes: &[u8]) -> Result<(Vec<(String, Vec<u8>)>, Vec<String>), DocumentError> {
+pub fn unpack(name: &str, bytes: &[u8]) -> Result<Unpacked, DocumentError> {
     let archive_error = |reason: String| DocumentError::Archive { name: name.to_owned(), reason };
     let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
         .map_err(|e| archive_error(format!("not a zip archive: {e}")))?;
@@ -149,7 +158,7 @@ pub fn unpack(name: &str, bytes: &[u8]) -> Result<(Vec<(String, Vec<u8>)>, Vec<S
         total += body.len();
         files.push((path.join("/"), body));
     }
-    Ok((files, warnings))
+    Ok(Unpacked { files, warnings })
 }
 
 /// What the upload `bytes` (named `name`) becomes as a resource: one
@@ -161,7 +170,7 @@ pub fn unpack(name: &str, bytes: &[u8]) -> Result<(Vec<(String, Vec<u8>)>, Vec<S
 /// Markdown or HTML, or an archive with no such entry; [`unpack`]'s errors.
 pub fn resource_documents(name: &str, bytes: &[u8]) -> Result<Converted, DocumentError> {
     if is_archive(name, bytes) {
-        let (files, mut warnings) = unpack(name, bytes)?;
+        let Unpacked { files, mut warnings } = unpack(name, bytes)?;
         let mut documents = Vec::with_capacity(files.len());
         for (path, body) in files {
             match to_markdown(&path, &body) {

@@ -286,16 +286,18 @@ pub fn request(method: &str, headers: &[(&str, &str)], body: Body) -> lambda_htt
 }
 
 /// A Lambda request to `path` (e.g. [`SEARCH_PATH`]) with `method`,
-/// `headers` and `body`.
+/// `headers` and `body`; `content-type: application/json` unless
+/// `headers` name another.
 ///
 /// # Panics
 /// When a header name or value is invalid.
 #[must_use]
 pub fn request_to(path: &str, method: &str, headers: &[(&str, &str)], body: Body) -> lambda_http::Request {
-    let mut builder = lambda_http::http::Request::builder()
-        .method(method)
-        .uri(format!("https://api.example.com{path}"))
-        .header("content-type", "application/json");
+    let mut builder =
+        lambda_http::http::Request::builder().method(method).uri(format!("https://api.example.com{path}"));
+    if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("content-type")) {
+        builder = builder.header("content-type", "application/json");
+    }
     for (name, value) in headers {
         builder = builder.header(*name, *value);
     }

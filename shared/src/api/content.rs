@@ -73,6 +73,10 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
     if let Some(explore) = super::explore::route(path) {
         return super::explore::handle(app, explore, &request).await;
     }
+    #[cfg(feature = "documents")]
+    if let Some(resources) = super::resources::route(path) {
+        return super::resources::handle(app, resources, &request).await;
+    }
     let Some(route) = route(path) else {
         return error_response(&ApiError::NotFound(format!("no route {} {path}", request.method())));
     };

@@ -40,6 +40,12 @@ pub const FIND_FIELDS: &[&str] = &[
     "search_type",
 ];
 
+/// `POST /api/v1/skills/find` (the SDK's `find_skills`): `find` over
+/// skills only.
+pub const SKILLS_FIND_PATH: &str = "/api/v1/skills/find";
+/// The fields `skills/find` accepts.
+pub const SKILLS_FIND_FIELDS: &[&str] = &["query", "limit", "score_threshold", "level", "telemetry", "target_uri"];
+
 /// The message for an empty query without an image (as the reference).
 pub const EMPTY_QUERY: &str = "Search query or image_url must not be empty.";
 
@@ -102,7 +108,8 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
         Ok(a) => a,
         Err(e) => return error_response(&e),
     };
-    match within_deadline(&admitted.deadline, run(app, &admitted)).await {
+    let skills_only = request.uri().path().trim_end_matches('/') == SKILLS_FIND_PATH;
+    match within_deadline(&admitted.deadline, run(app, &admitted, skills_only)).await {
         Ok((result, wants_telemetry)) => {
             let (result, truncated) = fit_hits(result, app.config.limits.response_budget());
             respond(result, telemetry(wants_telemetry, "search.find", admitted.started), truncated)
@@ -111,11 +118,14 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
     }
 }
 
-async fn run(app: &App, admitted: &Admitted<'_>) -> Result<(Value, bool), ApiError> {
-    let mut body = Body::parse(admitted.body, FIND_FIELDS)?;
+async fn run(app: &App, admitted: &Admitted<'_>, skills_only: bool) -> Result<(Value, bool), ApiError> {
+    let mut body = Body::parse(admitted.body, if skills_only { SKILLS_FIND_FIELDS } else { FIND_FIELDS })?;
     let common = parse_common(&mut body, admitted.now);
     body.finish()?;
     let mut params = common.params;
+    if skills_only {
+        params.context_types = vec![crate::index::ContextType::Skill];
+    }
     check_query(app, &params.query, common.has_image)?;
     params.targets = authorize(&admitted.identity, &common.targets)?;
     let result = find(app, &admitted.identity, &params, admitted.now).await?;

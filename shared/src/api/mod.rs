@@ -25,6 +25,8 @@ pub mod find;
 pub mod payload;
 #[cfg(feature = "assemble")]
 pub mod recall;
+#[cfg(feature = "documents")]
+pub mod resources;
 #[cfg(feature = "assemble")]
 pub mod search;
 pub mod sessions;
@@ -72,12 +74,25 @@ pub async fn admit_method<'a>(
     request: &'a Request<Bytes>,
     method: &Method,
 ) -> Result<Admitted<'a>, ApiError> {
+    admit_sized(app, request, method, app.config.limits.max_body_bytes).await
+}
+
+/// [`admit_method`] with a body limit of `limit` bytes rather than the
+/// configured one (the upload route's).
+///
+/// # Errors
+/// As [`admit`], 413 past `limit`.
+pub async fn admit_sized<'a>(
+    app: &App,
+    request: &'a Request<Bytes>,
+    method: &Method,
+    limit: usize,
+) -> Result<Admitted<'a>, ApiError> {
     let started = Instant::now();
     if request.method() != method {
         return Err(ApiError::MethodNotAllowed(request.method().to_string(), method.to_string()));
     }
     let body = request.body().as_ref();
-    let limit = app.config.limits.max_body_bytes;
     if body.len() > limit {
         return Err(ApiError::PayloadTooLarge { size: body.len(), limit });
     }

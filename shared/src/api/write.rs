@@ -388,7 +388,7 @@ fn missing() -> ApiError {
 /// (`indexed`, `queued`, or `index_failed: …`). `wait` is accepted as the
 /// reference's: inline indexing always finishes before the answer, and
 /// notifications are not waited for.
-async fn index(app: &App, admitted: &Admitted<'_>, changed: &[VikingUri]) -> String {
+pub(super) async fn index(app: &App, admitted: &Admitted<'_>, changed: &[VikingUri]) -> String {
     if changed.is_empty() {
         return "indexed".into();
     }

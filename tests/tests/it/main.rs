@@ -29,6 +29,7 @@ mod memory_extraction;
 mod model_server;
 mod openapi;
 mod recall_api;
+mod resources;
 mod retrieval_quality;
 mod route_calls;
 mod s3vectors_emulator;
