@@ -43,6 +43,12 @@ pub(crate) enum Route {
     Grep,
     /// `POST /api/v1/search/glob`.
     Glob,
+    /// `POST /api/v1/resources`.
+    AddResource,
+    /// `GET /api/v1/watches`.
+    Watches,
+    /// `DELETE /api/v1/watches?to_uri=…`.
+    CancelWatch,
 }
 
 impl Route {
@@ -62,14 +68,16 @@ impl Route {
             Self::Remove => "/api/v1/fs",
             Self::Grep => "/api/v1/search/grep",
             Self::Glob => "/api/v1/search/glob",
+            Self::AddResource => "/api/v1/resources",
+            Self::Watches | Self::CancelWatch => "/api/v1/watches",
         }
     }
 
-    /// The route's method: `DELETE` for [`Route::Remove`], else `POST` with
-    /// a body and `GET` without.
+    /// The route's method: `DELETE` for [`Route::Remove`] and
+    /// [`Route::CancelWatch`], else `POST` with a body and `GET` without.
     fn method(self, has_body: bool) -> Method {
         match self {
-            Self::Remove => Method::DELETE,
+            Self::Remove | Self::CancelWatch => Method::DELETE,
             _ if has_body => Method::POST,
             _ => Method::GET,
         }
@@ -134,7 +142,10 @@ pub(crate) async fn call_at(
         | Route::Edit
         | Route::Remove
         | Route::Grep
-        | Route::Glob => skald::api::content::handle(app, request).await,
+        | Route::Glob
+        | Route::AddResource
+        | Route::Watches
+        | Route::CancelWatch => skald::api::content::handle(app, request).await,
         Route::Sessions => skald::api::sessions::handle(app, request).await,
     };
     let status = response.status();

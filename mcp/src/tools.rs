@@ -79,11 +79,14 @@ enum ToolName {
     Grep,
     Glob,
     Forget,
+    AddResource,
+    ListWatches,
+    CancelWatch,
 }
 
 impl ToolName {
     /// Every tool, in the order [`list`] gives them.
-    const ALL: [Self; 14] = [
+    const ALL: [Self; 17] = [
         Self::Find,
         Self::Search,
         Self::Recall,
@@ -98,6 +101,9 @@ impl ToolName {
         Self::Grep,
         Self::Glob,
         Self::Forget,
+        Self::AddResource,
+        Self::ListWatches,
+        Self::CancelWatch,
     ];
 
     /// The name hosts call it by.
@@ -117,6 +123,9 @@ impl ToolName {
             Self::Forget => "forget",
             Self::Grep => "grep",
             Self::Glob => "glob",
+            Self::AddResource => "add_resource",
+            Self::ListWatches => "list_watches",
+            Self::CancelWatch => "cancel_watch",
         }
     }
 
@@ -431,6 +440,27 @@ fn build() -> Vec<Tool> {
         },
         "required": ["uri"]
     });
+    let add_resource_schema = json!({
+        "type": "object",
+        "properties": {
+            "temp_file_id": { "type": "string", "description": "A file uploaded with POST /api/v1/resources/temp_upload (text, Markdown, code, HTML, or a zip of them)." },
+            "path": { "type": "string", "description": "A URL or a path on the server: refused, this server fetches no URL and reads no server file; upload the file and pass temp_file_id." },
+            "to": { "type": "string", "description": "The directory that receives it (or, ending in .md, the file itself), e.g. viking://resources/guides." },
+            "parent": { "type": "string", "description": "The directory it goes into under its own name. Default viking://resources (admin keys and dev mode) or viking://~/resources." },
+            "description": { "type": "string", "description": "What a zip's directory holds: written as its abstract." },
+            "add_type": { "type": "string", "description": "Accepted for OpenViking's clients; the type is taken from the file." },
+            "tags": { "type": "array", "items": { "type": "string" }, "description": "Accepted for OpenViking's clients." },
+            "tag_mode": { "type": "string", "description": "Accepted for OpenViking's clients." },
+            "args": { "type": "object", "description": "Accepted for OpenViking's clients." }
+        }
+    });
+    let cancel_watch_schema = json!({
+        "type": "object",
+        "properties": {
+            "to_uri": { "type": "string", "description": "The watched resource's URI." }
+        },
+        "required": ["to_uri"]
+    });
     let grep_schema = json!({
         "type": "object",
         "properties": {
@@ -540,6 +570,27 @@ fn build() -> Vec<Tool> {
             forget_schema,
             false,
         )),
+        tool(
+            "add_resource",
+            "Add resource",
+            "Add an uploaded file (temp_file_id) to the resources: Markdown as is, HTML and code as Markdown, a zip as a directory of them. Find and search return it at once on a local server, within seconds deployed.",
+            add_resource_schema,
+            false,
+        ),
+        tool(
+            "list_watches",
+            "List watches",
+            "List the resources re-fetched on a schedule. This server fetches no URL, so there are none.",
+            json!({ "type": "object", "properties": {} }),
+            true,
+        ),
+        tool(
+            "cancel_watch",
+            "Cancel watch",
+            "Stop re-fetching a watched resource. This server fetches no URL, so it watches none.",
+            cancel_watch_schema,
+            false,
+        ),
     ]
 }
 
@@ -603,6 +654,9 @@ pub(crate) async fn call(
             ToolName::Forget => forget(&ctx, args).await,
             ToolName::Grep => grep(&ctx, args).await,
             ToolName::Glob => glob(&ctx, args).await,
+            ToolName::AddResource => add_resource(&ctx, args).await,
+            ToolName::ListWatches => list_watches(&ctx).await,
+            ToolName::CancelWatch => cancel_watch(&ctx, args).await,
         }
     });
     let outcome = match deadline {
@@ -947,6 +1001,36 @@ async fn glob(ctx: &Ctx<'_>, mut args: Args) -> Result<String, String> {
         lines.push(more);
     }
     Ok(lines.join("\n"))
+}
+
+async fn add_resource(ctx: &Ctx<'_>, mut args: Args) -> Result<String, String> {
+    let mut body = Map::new();
+    args.pass(
+        &mut body,
+        &["temp_file_id", "path", "to", "parent", "description", "add_type", "tags", "tag_mode", "args"],
+    );
+    let r = ctx.post(Route::AddResource, &body, &[]).await?.result;
+    let mut text_out =
+        format!("Added {} ({} file(s); index: {}).", text(&r["root_uri"]), r["files"], text(&r["queue_status"]));
+    for warning in r["warnings"].as_array().into_iter().flatten().chain(r["errors"].as_array().into_iter().flatten()) {
+        text_out.push_str(&format!("\n- {}", text(warning)));
+    }
+    Ok(text_out)
+}
+
+async fn list_watches(ctx: &Ctx<'_>) -> Result<String, String> {
+    let r = ctx.get(Route::Watches, &[], &[]).await?.result;
+    let watches = r.as_array().map(Vec::as_slice).unwrap_or_default();
+    if watches.is_empty() {
+        return Ok("No watches: this server fetches no URL, so it watches none.".to_owned());
+    }
+    Ok(watches.iter().map(|w| format!("- {}", text(&w["to_uri"]))).collect::<Vec<_>>().join("\n"))
+}
+
+async fn cancel_watch(ctx: &Ctx<'_>, mut args: Args) -> Result<String, String> {
+    let to_uri = args.string("to_uri")?.unwrap_or_default();
+    ctx.get(Route::CancelWatch, &[("to_uri", to_uri.as_str())], &[]).await?;
+    Ok(format!("Cancelled the watch on {to_uri}."))
 }
 
 /// A JSON string's text (empty for anything else).

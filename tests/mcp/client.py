@@ -58,10 +58,20 @@ TOOL_ARGS: dict[str, list[str]] = {
     "list": ["uri", "recursive"],
     "health": [],
     "remember": ["messages"],
+    "tree": ["uri", "level_limit", "node_limit", "include_abstract"],
+    "write": ["uri", "content", "mode", "wait", "timeout"],
+    "edit": ["uri", "old_string", "new_string", "replace_all", "wait", "timeout"],
+    "grep": ["uri", "pattern", "case_insensitive", "node_limit"],
+    "glob": ["pattern", "uri", "node_limit"],
+    "forget": ["uri", "recursive"],
+    "add_resource": ["path", "temp_file_id", "add_type", "description", "to", "parent", "tags", "tag_mode", "args"],
+    "list_watches": [],
+    "cancel_watch": ["to_uri"],
 }
 REQUIRED_ARGS = {
     "find": ["query"], "search": ["query"], "recall": ["query"], "read": ["uris"], "list": ["uri"],
-    "remember": ["messages"],
+    "remember": ["messages"], "write": ["uri", "content"], "edit": ["uri", "old_string", "new_string"],
+    "grep": ["uri", "pattern"], "glob": ["pattern"], "forget": ["uri"], "cancel_watch": ["to_uri"],
 }
 HANDSHAKE_VERSIONS = ("2025-06-18", "2025-11-25")
 MODERN_VERSION = "2026-07-28"
@@ -239,7 +249,7 @@ async def tool_list_checks(r: Report, session: ClientSession) -> dict[str, Any]:
             return False, f"missing {', '.join(missing)} (listed: {', '.join(found) or 'none'})"
         return True, f"{len(tools)} tools: {', '.join(found)}"
 
-    await r.run("tools/list: lists find, search, recall, bootstrap, read, list, health, remember", listing)
+    await r.run("tools/list: lists OpenViking's tools (find … remember, write, edit, grep, glob, forget, add_resource, watches)", listing)
 
     for name, args in TOOL_ARGS.items():
         tool = found.get(name)
@@ -459,6 +469,48 @@ async def tool_call_checks(r: Report, session: ClientSession, timeout: float) ->
         return True, "a fact said in Chinese is recalled by an English question"
 
     await r.run("remember in one language, recall in another", remember_across_languages)
+
+    async def write_grep_glob_edit_tree_forget() -> tuple[bool, str]:
+        uri = "viking://user/default/notes/mcp-client/heron.md"
+        steps = [
+            ("write", {"uri": uri, "content": "A grey heron nests by the mill pond every April."}, "Wrote"),
+            ("grep", {"uri": "viking://user/default/notes", "pattern": "grey heron"}, f"{uri}:1:"),
+            ("glob", {"pattern": "**/heron.md", "uri": "viking://user/default/notes"}, uri),
+            ("edit", {"uri": uri, "old_string": "April", "new_string": "March"}, "Edited"),
+            ("tree", {"uri": "viking://user/default/notes", "level_limit": 2}, "heron.md"),
+        ]
+        for name, args, says in steps:
+            err, text = await call(session, name, args, timeout)
+            if bad := expect_ok(err, text):
+                return False, f"{name}: {bad}"
+            if says not in text:
+                return False, f"{name}: no {says!r} in {short(text)}"
+        err, found = await call(session, "find", {"query": "where does the heron nest", "limit": 5}, timeout)
+        if uri not in found:
+            return False, f"find does not return the written note: {short(found)}"
+        err, text = await call(session, "forget", {"uri": "viking://user/default/notes/mcp-client", "recursive": True}, timeout)
+        if bad := expect_ok(err, text):
+            return False, f"forget: {bad}"
+        err, found = await call(session, "find", {"query": "where does the heron nest", "limit": 10}, timeout)
+        if uri in found:
+            return False, f"find still returns a forgotten note: {short(found)}"
+        return True, "write, grep, glob, edit and tree see the note; after forget, find does not"
+
+    await r.run("write, grep, glob, edit, tree, then forget: find follows each step", write_grep_glob_edit_tree_forget)
+
+    async def resources_and_watches() -> tuple[bool, str]:
+        err, text = await call(session, "add_resource", {"path": "https://example.com/guide.html"}, timeout)
+        if not err or "temp_upload" not in text:
+            return False, f"a URL is not refused with what to do instead: {short(text)}"
+        err, text = await call(session, "list_watches", {}, timeout)
+        if bad := expect_ok(err, text):
+            return False, f"list_watches: {bad}"
+        err, cancelled = await call(session, "cancel_watch", {"to_uri": "viking://resources/x"}, timeout)
+        if not err:
+            return False, f"cancel_watch of nothing watched succeeded: {short(cancelled)}"
+        return True, f"URL refused; list_watches: {short(text, 60)}"
+
+    await r.run("add_resource refuses a URL; list_watches and cancel_watch answer", resources_and_watches)
 
     async def unknown_tool() -> tuple[bool, str]:
         try:

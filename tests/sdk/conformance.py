@@ -10,6 +10,9 @@ URL is Skald's base URL; KEY an API key of user `default` of account
 dedup_turns over a session written with `add_message`), `create_session`
 and the session's `load`, the write surface (`write`, `batch_write`,
 `tree`, `grep`, `glob`, `mkdir`, `mv`, `rm`; a shared root refused to a user key),
+resources and skills (`add_resource` of a file, of a directory and of a
+URL, which is refused; `add_skill`, `list_skills`, `find_skills`),
+`list_watches`, `wait_processed`, `list_tasks`,
 `list_sessions` and `delete_session` through
 `SyncHTTPClient(url=..., api_key=...)`,
 and checks that a wrong key raises the SDK's authentication error and that
@@ -17,11 +20,13 @@ a user key naming another user raises its permission error. Prints one
 line per check and `N passed, N failed`; exits 1 on any failure.
 """
 
+import os
 import sys
+import tempfile
 import traceback
 
 from openviking_sdk import SyncHTTPClient
-from openviking_sdk.errors import PermissionDeniedError, UnauthenticatedError
+from openviking_sdk.errors import InvalidArgumentError, PermissionDeniedError, UnauthenticatedError
 
 CAT = "what does my cat eat"
 NIANGAO = "viking://user/default/memories/entities/pets/niangao.md"
@@ -180,6 +185,56 @@ def main():
         except PermissionDeniedError:
             return
         raise AssertionError("a user key wrote viking://resources")
+
+    @check("add_resource: a local file is uploaded into the user's resources and found")
+    def _():
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "glacier-notes.md")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write("# Glacier notes\n\nThe Perito Moreno glacier calves every few days in summer.\n")
+            result = client.add_resource(path, wait=True)
+        assert result["root_uri"] == "viking://user/default/resources/glacier-notes.md", result
+        found = client.find("which glacier calves in summer", limit=5)
+        assert result["root_uri"] in uris(found), uris(found)
+
+    @check("add_resource: a local directory arrives as a directory of Markdown")
+    def _():
+        with tempfile.TemporaryDirectory() as tmp:
+            root = os.path.join(tmp, "kayak-kit")
+            os.makedirs(os.path.join(root, "lists"))
+            with open(os.path.join(root, "README.md"), "w", encoding="utf-8") as f:
+                f.write("# Kayak kit\n\nWhat goes in the dry bag.\n")
+            with open(os.path.join(root, "lists", "pack.txt"), "w", encoding="utf-8") as f:
+                f.write("spray deck, bilge pump, paddle float\n")
+            result = client.add_resource(root, parent="viking://user/default/resources", wait=True)
+        base = "viking://user/default/resources/kayak-kit"
+        assert result["root_uri"] == base, result
+        assert client.read(f"{base}/lists/pack.txt.md").startswith("spray deck"), client.read(f"{base}/lists/pack.txt.md")
+
+    @check("add_resource: a URL is refused with the SDK's invalid-argument error, naming what to do")
+    def _():
+        try:
+            client.add_resource("https://example.com/guide.html")
+        except InvalidArgumentError as e:
+            assert "temp_upload" in str(e), str(e)
+            return
+        raise AssertionError("a URL was accepted by a server that fetches none")
+
+    @check("add_skill, list_skills and find_skills")
+    def _():
+        skill = "---\nname: tide-tables\ndescription: Read a tide table before a coastal walk\n---\n\nCheck the low-water time.\n"
+        added = client.add_skill(skill, wait=True)
+        assert added["uri"] == "viking://user/default/skills/tide-tables", added
+        listed = [s["name"] for s in client.list_skills()["skills"]]
+        assert "tide-tables" in listed, listed
+        found = client.find_skills("when is low water for my coastal walk", limit=5)
+        assert any(u.startswith(added["uri"]) for u in uris(found)), found
+
+    @check("list_watches, wait_processed and list_tasks answer")
+    def _():
+        assert client.list_watches() == [], client.list_watches()
+        assert client.wait_processed()["waited"] is True
+        assert isinstance(client.list_tasks(), list)
 
     @check("list_sessions and delete_session")
     def _():

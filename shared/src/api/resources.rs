@@ -10,7 +10,8 @@
 //!   use it.
 //! - `POST /api/v1/resources` — `temp_file_id` (and `source_name`), or
 //!   `path`; `to` (the directory that receives the resource, or, ending in
-//!   `.md`, the file itself) or `parent`; default parent
+//!   `.md`, the file itself) or `parent`; `description` (an archive's
+//!   directory abstract); default parent
 //!   `viking://resources` for admin and root keys and in dev mode, the
 //!   caller's `viking://user/{user}/resources` for a user key. → `{status:
 //!   "success", root_uri, source_path, files, warnings, errors,
@@ -410,7 +411,8 @@ async fn add_resource(app: &App, admitted: &Admitted<'_>, writes: &Writes<'_>) -
     for number in ["timeout", "watch_interval"] {
         body.number(number);
     }
-    for text in ["reason", "instruction", "description", "include", "exclude", "ignore_dirs", "add_type", "tag_mode"] {
+    let description = body.string("description");
+    for text in ["reason", "instruction", "include", "exclude", "ignore_dirs", "add_type", "tag_mode"] {
         body.string(text);
     }
     if body.sent("to") && body.sent("parent") {
@@ -482,6 +484,14 @@ async fn add_resource(app: &App, admitted: &Admitted<'_>, writes: &Writes<'_>) -
             }
         }
     }
+    // A directory's description is its abstract.
+    if let (true, Some(text)) = (converted.archive && !changed.is_empty(), description.filter(|d| !d.trim().is_empty()))
+    {
+        match writes.mkdir(&root, Some(&text)).await {
+            Ok(_) => changed.extend(root.join(crate::ingest::ABSTRACT_SIDECAR).ok()),
+            Err(e) => errors.push(format!("{root}: the description was not written: {e}")),
+        }
+    }
     let queue_status = super::write::index(app, admitted, &changed).await;
     if changed.is_empty() {
         // Nothing landed: the upload stays for a retry.
@@ -495,7 +505,7 @@ async fn add_resource(app: &App, admitted: &Admitted<'_>, writes: &Writes<'_>) -
         "status": if errors.is_empty() { "success" } else { "partial" },
         "root_uri": root,
         "source_path": name,
-        "files": changed.len(),
+        "files": changed.iter().filter(|u| u.file_name() != Some(crate::ingest::ABSTRACT_SIDECAR)).count(),
         "warnings": converted.warnings,
         "errors": errors,
         "queue_status": queue_status,

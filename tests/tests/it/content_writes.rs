@@ -208,17 +208,85 @@ async fn refusals_name_the_field_and_change_nothing() {
         ),
         ("POST", "/api/v1/fs/mkdir", json!({"uri": "viking://~/memories/profile.md/sub"}), 409, "is a file"),
         ("DELETE", "/api/v1/fs?uri=viking://user/default", Value::Null, 403, "root"),
+        ("DELETE", "/api/v1/fs?uri=viking://resources&recursive=true", Value::Null, 403, "root"),
         ("DELETE", "/api/v1/fs?recursive=true", Value::Null, 400, "uri"),
         ("GET", "/api/v1/fs?uri=viking://~/x.md", Value::Null, 405, ""),
+        // Binary where text is expected.
+        (
+            "POST",
+            "/api/v1/content/write",
+            json!({"uri": "viking://~/x.md", "content": [137, 80, 78, 71]}),
+            400,
+            "content",
+        ),
+        ("POST", "/api/v1/content/write", json!({"uri": "viking://~/x.md", "content": ""}), 200, "created"),
+        (
+            "POST",
+            "/api/v1/fs/mv",
+            json!({"from_uri": "viking://~/memories/profile.md", "to_uri": "viking://~/memories/profile.md"}),
+            400,
+            "to_uri",
+        ),
+        (
+            "POST",
+            "/api/v1/content/batch-write",
+            json!({
+                "root_uri": "viking://~/bulk",
+                "operations": (0..10_000).map(|i| json!({"uri": format!("f{i}.md"), "content": "x"})).collect::<Vec<_>>(),
+            }),
+            413,
+            "limit",
+        ),
+        (
+            "POST",
+            "/api/v1/content/write",
+            json!({"uri": format!("viking://~/{}x.md", "deep/".repeat(300)), "content": "x"}),
+            400,
+            "uri",
+        ),
     ];
-    let before = found(&app, "rust").await;
+    let before = store_bytes(&app).await;
+    let index_before = found(&app, "rust").await;
     for (method, path, body, status, needle) in cases {
         let reply = call(&app, Handler::Content, method, path, &[], (!body.is_null()).then_some(&body)).await;
-        assert_eq!(reply.status, status, "{method} {path} {body}: {}", reply.text);
+        let shown: String = body.to_string().chars().take(200).collect();
+        assert_eq!(reply.status, status, "{method} {path} {shown}: {}", reply.text);
         assert!(reply.text.contains(needle), "{method} {path}: {needle:?} not in {}", reply.text);
+        if status == 200 {
+            // The one accepted case (an empty file is a file): undone, so
+            // the store can be compared whole.
+            call(&app, Handler::Content, "DELETE", "/api/v1/fs?uri=viking://~/x.md", &[], None).await;
+        }
     }
-    assert_eq!(found(&app, "rust").await, before, "a refused request changed the index");
+    // Bodies that are not JSON objects: invalid UTF-8, nesting past the
+    // parser's depth, nothing at all.
+    let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+    for (body, needle) in [
+        (Body::Binary(vec![b'{', b'"', 0xff, 0xfe, b'"', b':', b'1', b'}']), "JSON"),
+        (Body::Text(format!("{{\"uri\": \"viking://~/x.md\", \"content\": {deep}}}")), "JSON"),
+        (Body::Empty, "uri"),
+    ] {
+        let reply = call_handler(&app, Handler::Content, request_to("/api/v1/content/write", "POST", &[], body)).await;
+        assert_eq!(reply.status, 400, "{}", reply.text);
+        assert!(reply.text.contains(needle), "{needle:?} not in {}", reply.text);
+    }
+    assert_eq!(store_bytes(&app).await, before, "a refused request changed the store");
+    assert_eq!(found(&app, "rust").await, index_before, "a refused request changed the index");
     assert_eq!(read(&app, "viking://~/x.md").await.status, 404, "a refused write left a file");
+}
+
+/// Every object of the store's account trees with its bytes (index files
+/// left out: an accepted-then-undone write rewrites them).
+async fn store_bytes(app: &Arc<App>) -> Vec<(String, bytes::Bytes)> {
+    let mut out = Vec::new();
+    for object in app.store.list("accounts/").await.expect("list the store") {
+        if object.key.contains("/tree/") {
+            let body = app.store.get(&object.key).await.expect("read an object").body;
+            out.push((object.key, body));
+        }
+    }
+    out.sort();
+    out
 }
 
 /// A token's user (the authorizer's claims) writes its own tree, not the

@@ -231,7 +231,7 @@ async fn initialize_answers_each_protocol_version_without_a_session() {
     assert_eq!(versions, [V_2025_06, V_2025_11, V_2026], "{}", http.text);
     assert_eq!(result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "skald", "{}", http.text);
     let tools = rpc(&app, V_2026, "tools/list", &json!({})).await.result();
-    assert_eq!(tools["tools"].as_array().map(Vec::len), Some(14), "{tools}");
+    assert_eq!(tools["tools"].as_array().map(Vec::len), Some(17), "{tools}");
     // An `initialize` naming a revision without one (or one not served)
     // gets the newest served revision that has it.
     for asked in [V_2026, "2024-11-05"] {
@@ -265,7 +265,10 @@ async fn the_tool_list_matches_its_snapshot_in_every_revision() {
             "edit",
             "grep",
             "glob",
-            "forget"
+            "forget",
+            "add_resource",
+            "list_watches",
+            "cancel_watch"
         ]
     );
     for version in [V_2025_11, V_2026] {
@@ -967,6 +970,40 @@ async fn write_edit_and_forget_change_what_find_returns() {
         let refused = error(&app, name, &arguments).await;
         assert!(refused.contains(says), "{name} {arguments}: {refused}");
     }
+}
+
+/// `add_resource` adds a file uploaded over REST (as OpenViking's clients
+/// upload it) and `find` returns it; a URL is refused with what to do
+/// instead; the watch tools say there is nothing to watch.
+#[tokio::test]
+async fn add_resource_adds_an_upload_and_the_watch_tools_say_there_are_none() {
+    let (app, _dirs) = default_app().await;
+    let boundary = "mcp-test-boundary";
+    let mut body =
+        format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"tides.md\"\r\n\r\n")
+            .into_bytes();
+    body.extend_from_slice(b"# Tides\n\nSpring tides at Mont-Saint-Michel rise fourteen metres.");
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let content_type = format!("multipart/form-data; boundary={boundary}");
+    let request = skald_tests::fixture::request_to(
+        "/api/v1/resources/temp_upload",
+        "POST",
+        &[("content-type", &content_type)],
+        lambda_http::Body::Binary(body),
+    );
+    let uploaded = skald_tests::fixture::call_handler(&app, Handler::Content, request).await;
+    let id = uploaded.json["result"]["temp_file_id"].as_str().unwrap_or_else(|| panic!("{}", uploaded.text)).to_owned();
+    let added = text(&app, "add_resource", &json!({"temp_file_id": id, "parent": "viking://resources/coast"})).await;
+    assert_eq!(added, "Added viking://resources/coast/tides.md (1 file(s); index: indexed).");
+    let found =
+        text(&app, "find", &json!({"query": "how high do the tides rise at Mont-Saint-Michel", "limit": 3})).await;
+    assert!(found.contains("viking://resources/coast/tides.md"), "{found}");
+    let refused = error(&app, "add_resource", &json!({"path": "https://example.com/tides.html"})).await;
+    assert!(refused.contains("fetches no URL") && refused.contains("temp_upload"), "{refused}");
+    let none = text(&app, "list_watches", &json!({})).await;
+    assert!(none.starts_with("No watches"), "{none}");
+    let refused = error(&app, "cancel_watch", &json!({"to_uri": "viking://resources/coast"})).await;
+    assert!(refused.starts_with("NOT_FOUND") && refused.contains("viking://resources/coast"), "{refused}");
 }
 
 /// `grep` and `glob` find what `find`'s meaning misses: an exact word in

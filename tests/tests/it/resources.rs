@@ -126,7 +126,10 @@ async fn an_uploaded_directory_lands_below_its_target_and_skips_what_is_not_text
     let reply = post(
         &app,
         "/api/v1/resources",
-        &json!({"temp_file_id": id, "source_name": "ferry", "to": "viking://resources/projects/ferry"}),
+        &json!({
+            "temp_file_id": id, "source_name": "ferry", "to": "viking://resources/projects/ferry",
+            "description": "Scripts and notes for the Piraeus ferry timetable.",
+        }),
     )
     .await;
     let result = ok(&reply);
@@ -137,6 +140,17 @@ async fn an_uploaded_directory_lands_below_its_target_and_skips_what_is_not_text
     let code = ok(&read(&app, "viking://resources/projects/ferry/src/timetable.py.md").await).clone();
     assert!(code.as_str().is_some_and(|c| c.contains("```python\ndef next_ferry")), "{code}");
     assert!(found(&app, "Piraeus").await.contains(&"viking://resources/projects/ferry/src/timetable.py.md".to_owned()));
+    // The description is the directory's abstract.
+    let summary = call(
+        &app,
+        Handler::Content,
+        "GET",
+        "/api/v1/content/abstract?uri=viking://resources/projects/ferry",
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(ok(&summary), "Scripts and notes for the Piraeus ferry timetable.", "{}", summary.text);
 }
 
 #[tokio::test]
