@@ -337,12 +337,18 @@ impl<'a> Content<'a> {
         let sidecar_key = format!("{}/{sidecar}", self.key(&uri));
         match self.store.get(&sidecar_key).await {
             Ok(object) => Ok(of_sidecar(&String::from_utf8_lossy(&object.body))),
-            Err(StoreError::NotFound(_)) if self.is_dir(&uri).await? => Ok(if sidecar == ".abstract.md" {
-                format!("# {uri} [Directory abstract is not ready]")
-            } else {
-                format!("# {uri}\n\n[Directory overview is not ready]")
-            }),
-            Err(StoreError::NotFound(_)) => Err(ContentError::NotFound { kind: "Directory", uri }),
+            Err(StoreError::NotFound(_)) => {
+                // A directory without its own: one made from its children.
+                let children = self.children(&uri, SUMMARY_CHILDREN, false).await?;
+                if children.empty {
+                    return Err(ContentError::NotFound { kind: "Directory", uri });
+                }
+                Ok(if sidecar == ".abstract.md" {
+                    derived_abstract(&children)
+                } else {
+                    derived_overview(&uri, &children)
+                })
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -418,6 +424,24 @@ impl<'a> Content<'a> {
                 }
                 None => HashMap::new(),
             };
+            // Directories without a summary of their own get one made from
+            // their children (bounded: past it, the placeholder).
+            let bare: Vec<VikingUri> = listed
+                .iter()
+                .flat_map(|(_, _, found)| &found.children)
+                .filter(|c| c.is_dir && !records.contains_key(&(c.uri.clone(), LEVEL_ABSTRACT)))
+                .map(|c| c.uri.clone())
+                .take(MAX_DERIVED_SUMMARIES)
+                .collect();
+            let derived: HashMap<VikingUri, String> = stream::iter(bare)
+                .map(|dir| async move {
+                    let found = self.children(&dir, SUMMARY_CHILDREN, false).await;
+                    (dir, found)
+                })
+                .buffered(LIST_CONCURRENCY)
+                .filter_map(|(dir, found)| async move { found.ok().map(|f| (dir, derived_abstract(&f))) })
+                .collect()
+                .await;
             for (dir, rel, found) in listed {
                 listing.truncated |= found.truncated;
                 if depth == 0 && found.empty && !dir.path().is_empty() {
@@ -435,7 +459,8 @@ impl<'a> Content<'a> {
                         break;
                     }
                     let rel_path = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
-                    let (abstract_text, updated_at) = entry_abstract(&records, &child, is_dir, options.abs_limit);
+                    let (abstract_text, updated_at) =
+                        entry_abstract(&records, &derived, &child, is_dir, options.abs_limit);
                     bytes += child.as_str().len() + rel_path.len() + abstract_text.len() + 64;
                     if bytes > MAX_LIST_BYTES {
                         listing.truncated = true;
@@ -478,6 +503,51 @@ struct Children {
     truncated: bool,
     /// Whether the store holds nothing at all below the directory.
     empty: bool,
+}
+
+/// The children a summary made for a directory names.
+const SUMMARY_CHILDREN: usize = 12;
+/// The most directories of one listing level that get a summary made from
+/// their children (a LIST each, [`LIST_CONCURRENCY`] at once); past it,
+/// the placeholder.
+const MAX_DERIVED_SUMMARIES: usize = 32;
+
+/// A directory's abstract made from its children, when it has no
+/// `.abstract.md`: what it holds, by name (deterministic; no model).
+fn derived_abstract(found: &Children) -> String {
+    let names = |dirs: bool| -> Vec<&str> {
+        found.children.iter().filter(|c| c.is_dir == dirs).map(|c| c.name.as_str()).collect()
+    };
+    let (dirs, files) = (names(true), names(false));
+    let part = |list: &[&str], one: &str, many: &str| match list.len() {
+        0 => None,
+        1 => Some(format!("{one} {}", list[0])),
+        _ => Some(format!("{many} {}", list.join(", "))),
+    };
+    let parts: Vec<String> = [part(&dirs, "the directory", "the directories"), part(&files, "the file", "the files")]
+        .into_iter()
+        .flatten()
+        .collect();
+    if parts.is_empty() {
+        return "An empty directory.".to_owned();
+    }
+    let more = if found.truncated { ", and more" } else { "" };
+    format!("Holds {}{more}.", parts.join(" and "))
+}
+
+/// A directory's overview made from its children, when it has no
+/// `.overview.md`: its name and one line per child.
+fn derived_overview(uri: &VikingUri, found: &Children) -> String {
+    let mut text = format!("# {}\n\n{}\n", uri.file_name().unwrap_or("viking://"), derived_abstract(found));
+    for child in &found.children {
+        let kind = if child.is_dir { "dir" } else { "file" };
+        text.push_str(&format!("\n- [{kind}] {}", child.uri));
+    }
+    if found.truncated {
+        text.push_str("\n- …");
+    }
+    text.push('\n');
+    text
 }
 
 /// The most entries one directory's listing scans for visible ones
@@ -543,19 +613,22 @@ impl Content<'_> {
 }
 
 /// An entry's abstract and update time from the index: a file's own
-/// record, a directory's level-0 record (else the reference's placeholder).
-/// Cut to `abs_limit` characters as the reference (`…[:abs_limit-3]+"..."`).
+/// record, a directory's level-0 record, else its summary made from its
+/// children (`derived`), else the reference's placeholder. Cut to
+/// `abs_limit` characters as the reference (`…[:abs_limit-3]+"..."`).
 fn entry_abstract(
     records: &HashMap<(VikingUri, u8), Record>,
+    derived: &HashMap<VikingUri, String>,
     uri: &VikingUri,
     is_dir: bool,
     abs_limit: usize,
 ) -> (String, Option<i64>) {
     let record = records.get(&(uri.clone(), if is_dir { LEVEL_ABSTRACT } else { LEVEL_FILE }));
-    let text = match record {
-        Some(r) => r.abstract_text.clone(),
-        None if is_dir => format!("# {uri} [Directory abstract is not ready]"),
-        None => String::new(),
+    let text = match (record, derived.get(uri)) {
+        (Some(r), _) => r.abstract_text.clone(),
+        (None, Some(summary)) if is_dir => summary.clone(),
+        (None, _) if is_dir => format!("# {uri} [Directory abstract is not ready]"),
+        (None, _) => String::new(),
     };
     (cut_chars(&text, abs_limit), record.map(|r| r.updated_at))
 }

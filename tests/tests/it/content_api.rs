@@ -120,9 +120,13 @@ async fn abstracts_and_overviews_of_files_and_directories() {
         ("abstract?uri=viking://~/memories/preferences/default/editor.md", "Prefers Neovim with a dark theme"),
         ("overview?uri=viking://~/memories/preferences/default/editor.md", "Prefers Neovim with a dark theme"),
         ("overview?uri=viking://resources/search/ranking.md", "Ranking"),
-        // A directory without sidecars: the reference's placeholders.
-        ("abstract?uri=viking://resources/search", "# viking://resources/search [Directory abstract is not ready]"),
-        ("overview?uri=viking://resources/search", "[Directory overview is not ready]"),
+        // A directory without sidecars: summaries made from its children.
+        ("abstract?uri=viking://resources/search", "Holds the files indexing.md, ranking.md."),
+        (
+            "overview?uri=viking://resources/search",
+            "# search\n\nHolds the files indexing.md, ranking.md.\n\n- [file] viking://resources/search/indexing.md\n\
+             - [file] viking://resources/search/ranking.md\n",
+        ),
     ];
     for (route, want) in cases {
         let reply = get(&app, &format!("/api/v1/content/{route}"), &[]).await;

@@ -397,3 +397,32 @@ async fn a_batch_writes_all_or_names_what_it_refused() {
     let outside = json!({"root_uri": "viking://user/bob", "operations": [{"uri": "x.md", "content": "x"}]});
     assert_eq!(post(&app, "/api/v1/content/batch-write", &outside).await.status, 403);
 }
+
+/// A directory without a summary of its own is described by its children
+/// in listings, and the description follows a write and a delete.
+#[tokio::test]
+async fn a_directory_without_a_summary_is_described_by_its_children() {
+    let (app, _dirs) = app().await;
+    let abstract_of = |entries: &Value, uri: &str| {
+        entries
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["uri"] == uri)
+            .and_then(|e| e["abstract"].as_str())
+            .map(str::to_owned)
+    };
+    let write = |name: &str| json!({"uri": format!("viking://~/trips/{name}"), "content": "Ferry at dawn."});
+    post(&app, "/api/v1/content/write", &write("crete.md")).await;
+    let ls = call(&app, Handler::Content, "GET", "/api/v1/fs/ls?uri=viking://~&output=agent", &[], None).await;
+    let trips = "viking://user/default/trips";
+    assert_eq!(abstract_of(ok(&ls), trips).as_deref(), Some("Holds the file crete.md."), "{}", ls.text);
+    post(&app, "/api/v1/content/write", &write("naxos.md")).await;
+    delete(&app, "uri=viking://~/trips/crete.md").await;
+    let ls = call(&app, Handler::Content, "GET", "/api/v1/fs/ls?uri=viking://~&output=agent", &[], None).await;
+    assert_eq!(abstract_of(ok(&ls), trips).as_deref(), Some("Holds the file naxos.md."), "{}", ls.text);
+    // One with a description keeps it.
+    post(&app, "/api/v1/fs/mkdir", &json!({"uri": "viking://~/trips", "description": "Island trips."})).await;
+    let ls = call(&app, Handler::Content, "GET", "/api/v1/fs/ls?uri=viking://~&output=agent", &[], None).await;
+    assert_eq!(abstract_of(ok(&ls), trips).as_deref(), Some("Island trips."), "{}", ls.text);
+}
