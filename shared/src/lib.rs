@@ -33,6 +33,7 @@ pub mod sessions;
 pub mod store;
 pub mod timeparse;
 pub mod tokens;
+pub mod tool_results;
 pub mod uri;
 pub mod watch;
 pub mod write;

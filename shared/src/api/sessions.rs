@@ -114,6 +114,9 @@ enum Route {
     Batch(String),
     Commit(String),
     Context(String),
+    ToolResults(String),
+    ToolResult(String, String),
+    ToolResultSearch(String, String),
 }
 
 fn route(method: &Method, path: &str) -> Result<Route, ApiError> {
@@ -135,8 +138,19 @@ fn route(method: &Method, path: &str) -> Result<Route, ApiError> {
         (_, [id, "messages", "batch"]) => want(&Method::POST, Route::Batch((*id).to_owned())),
         (_, [id, "commit"]) => want(&Method::POST, Route::Commit((*id).to_owned())),
         (_, [id, "context"]) => want(&Method::GET, Route::Context((*id).to_owned())),
+        (_, [id, "tool-results"]) => want(&Method::GET, Route::ToolResults((*id).to_owned())),
+        (_, [id, "tool-results", tid]) => want(&Method::GET, Route::ToolResult((*id).to_owned(), decode(tid))),
+        (_, [id, "tool-results", tid, "search"]) => {
+            want(&Method::GET, Route::ToolResultSearch((*id).to_owned(), decode(tid)))
+        }
         _ => Err(not_found()),
     }
+}
+
+/// A path segment percent-decoded (a tool result id may hold any
+/// character its client gave it).
+fn decode(segment: &str) -> String {
+    percent_encoding::percent_decode_str(segment).decode_utf8_lossy().into_owned()
 }
 
 fn session_id(text: &str, field: Option<&str>) -> Result<SessionId, ApiError> {
@@ -144,6 +158,68 @@ fn session_id(text: &str, field: Option<&str>) -> Result<SessionId, ApiError> {
         Some(f) => ApiError::field(f, "value_error", format!("Value error, {e}")),
         None => ApiError::InvalidArgument(e),
     })
+}
+
+/// Tool results listed (and search matches returned) by default.
+pub const DEFAULT_TOOL_RESULTS: i64 = 50;
+/// The most tool results listed, or matches returned, at once.
+pub const MAX_TOOL_RESULTS: i64 = 1000;
+/// Search matches returned by default.
+pub const DEFAULT_TOOL_RESULT_MATCHES: i64 = 10;
+/// Code points a tool result read returns by default.
+pub const DEFAULT_TOOL_RESULT_PAGE: i64 = 20_000;
+/// The most code points one tool result read returns (a response's bound).
+pub const MAX_TOOL_RESULT_PAGE: i64 = 200_000;
+/// The most code points of context around a search match.
+pub const MAX_TOOL_RESULT_CONTEXT: i64 = 2_000;
+/// The newest archives whose messages a tool-results route reads (with
+/// the live messages).
+const TOOL_RESULT_ARCHIVES: u64 = 20;
+
+/// The URI OpenClaw's plugin names a tool result by.
+fn tool_result_uri(id: &SessionId, tool_result_id: &str) -> String {
+    let encode = |s: &str| percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string();
+    format!("viking://session/{}/tool-results/{}", encode(id.as_str()), encode(tool_result_id))
+}
+
+/// The tool results of session `id`: its newest archives' messages and its
+/// live ones, oldest first.
+///
+/// Cost: the session's meta, then its live messages and up to
+/// [`TOOL_RESULT_ARCHIVES`] archives' messages, read at once.
+async fn session_tool_results(
+    sessions: &Sessions<'_>,
+    id: &SessionId,
+) -> Result<Vec<crate::tool_results::ToolResult>, ApiError> {
+    let (meta, _) =
+        sessions.meta(id).await?.ok_or_else(|| ApiError::NotFound(format!("session {} not found", id.as_str())))?;
+    let first = meta.commit_count.saturating_sub(TOOL_RESULT_ARCHIVES) + 1;
+    let archived =
+        futures_util::future::join_all((first..=meta.commit_count).map(|n| sessions.archived_messages(id, n)));
+    let (archived, live) = tokio::join!(archived, sessions.live_messages(id, None));
+    let mut messages = Vec::new();
+    for found in archived {
+        messages.extend(found?.unwrap_or_default());
+    }
+    messages.extend(live?);
+    Ok(crate::tool_results::tool_results(&messages))
+}
+
+/// Tool result `tid` of session `id`.
+///
+/// # Errors
+/// 404 when the session or the result is not there.
+async fn find_tool_result(
+    sessions: &Sessions<'_>,
+    id: &SessionId,
+    tid: &str,
+) -> Result<crate::tool_results::ToolResult, ApiError> {
+    session_tool_results(sessions, id)
+        .await?
+        .into_iter()
+        .rev()
+        .find(|r| r.id == tid)
+        .ok_or_else(|| ApiError::NotFound(format!("tool result {tid} of session {} not found", id.as_str())))
 }
 
 fn now_text() -> String {
@@ -161,7 +237,13 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
         Err(e) => return error_response(&e),
     };
     let method = match route {
-        Route::List | Route::Get(_) | Route::Context(_) | Route::Archive(..) => Method::GET,
+        Route::List
+        | Route::Get(_)
+        | Route::Context(_)
+        | Route::Archive(..)
+        | Route::ToolResults(_)
+        | Route::ToolResult(..)
+        | Route::ToolResultSearch(..) => Method::GET,
         Route::Delete(_) => Method::DELETE,
         Route::Create | Route::Append(_) | Route::Batch(_) | Route::Commit(_) => Method::POST,
     };
@@ -336,6 +418,72 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
             let mut context = sessions.context(&id, u64::try_from(budget).unwrap_or(0)).await?;
             cut = fit_context(&mut context, app.config.limits.response_budget());
             Ok(context_json(&context))
+        }
+        Route::ToolResults(id) => {
+            let id = session_id(&id, None)?;
+            let tool_name = query.raw("tool_name").map(str::to_owned);
+            let limit = query.int("limit", Some(1), Some(MAX_TOOL_RESULTS)).unwrap_or(DEFAULT_TOOL_RESULTS);
+            query.finish()?;
+            let mut results = session_tool_results(&sessions, &id).await?;
+            results.retain(|r| tool_name.as_ref().is_none_or(|name| r.tool_name == *name));
+            // The newest first.
+            let listed: Vec<Value> = results
+                .iter()
+                .rev()
+                .take(usize::try_from(limit).unwrap_or(usize::MAX))
+                .map(|r| {
+                    json!({
+                        "tool_result_id": r.id,
+                        "tool_name": r.tool_name,
+                        "status": r.status,
+                        "storage_uri": tool_result_uri(&id, &r.id),
+                        "original_chars": r.chars(),
+                        "created_at": r.created_at,
+                    })
+                })
+                .collect();
+            Ok(json!({ "tool_results": listed }))
+        }
+        Route::ToolResult(id, tid) => {
+            let id = session_id(&id, None)?;
+            let offset = query.int("offset", Some(0), None).unwrap_or(0);
+            let limit = query.int("limit", Some(1), Some(MAX_TOOL_RESULT_PAGE)).unwrap_or(DEFAULT_TOOL_RESULT_PAGE);
+            let metadata = query.boolean("include_metadata").unwrap_or(false);
+            query.finish()?;
+            let result = find_tool_result(&sessions, &id, &tid).await?;
+            let (offset, limit) = (usize::try_from(offset).unwrap_or(usize::MAX), usize::try_from(limit).unwrap_or(0));
+            let (content, has_more) = crate::tool_results::page(&result.output, offset, limit);
+            let mut answer = json!({
+                "tool_result_id": result.id,
+                "content": content,
+                "offset": offset,
+                "limit": limit,
+                "offset_unit": "unicode_code_point",
+                "total_chars": result.chars(),
+                "has_more": has_more,
+            });
+            if metadata {
+                answer["metadata"] = json!({
+                    "tool_name": result.tool_name, "status": result.status, "created_at": result.created_at,
+                    "storage_uri": tool_result_uri(&id, &result.id),
+                });
+            }
+            Ok(answer)
+        }
+        Route::ToolResultSearch(id, tid) => {
+            let id = session_id(&id, None)?;
+            let q = query.required("q");
+            let limit = query.int("limit", Some(1), Some(MAX_TOOL_RESULTS)).unwrap_or(DEFAULT_TOOL_RESULT_MATCHES);
+            let context = query.int("context_chars", Some(0), Some(MAX_TOOL_RESULT_CONTEXT)).unwrap_or(80);
+            query.finish()?;
+            let q = q.unwrap_or_default();
+            let result = find_tool_result(&sessions, &id, &tid).await?;
+            let as_usize = |n: i64| usize::try_from(n).unwrap_or(0);
+            let matches: Vec<Value> = crate::tool_results::search(&result.output, &q, as_usize(limit), as_usize(context))
+                .into_iter()
+                .map(|(offset, snippet)| json!({ "offset": offset, "offset_unit": "unicode_code_point", "snippet": snippet }))
+                .collect();
+            Ok(json!({ "tool_result_id": result.id, "matches": matches }))
         }
         Route::Append(id) => {
             let id = session_id(&id, None)?;

@@ -603,3 +603,55 @@ async fn sessions_are_listed_read_by_archive_and_deleted_with_their_memories() {
     let listed = sessions_get(&app, SESSIONS_PATH).await;
     assert_eq!(ok(&listed), &json!([{"session_id": "beta", "uri": "viking://user/default/sessions/beta"}]));
 }
+
+/// OpenClaw's tool-result routes: a session's tool outputs, archived or
+/// live, listed newest first, read by code-point pages and searched; another
+/// user sees none, and a missing one is a 404.
+#[tokio::test]
+async fn tool_results_are_listed_paged_and_searched() {
+    let (app, _dir) = app().await;
+    let tool = |id: &str, name: &str, output: &str| {
+        json!({"role": "assistant", "parts": [
+            {"type": "text", "text": "ran a tool"},
+            {"type": "tool", "tool_id": id, "tool_name": name, "tool_output": output, "tool_status": "completed"},
+        ]})
+    };
+    let log = format!("{}ERROR: disk full on /var\n{}", "ok\n".repeat(100), "ok\n".repeat(10));
+    append(&app, "tools", &tool("t-1", "bash", &log)).await;
+    assert_eq!(sessions_post(&app, &format!("{SESSIONS_PATH}/tools/commit"), &json!({})).await.status, 200);
+    append(&app, "tools", &tool("t-2", "read", "日本語のファイル")).await;
+
+    let listed = sessions_get(&app, &format!("{SESSIONS_PATH}/tools/tool-results")).await;
+    let results = ok(&listed)["tool_results"].as_array().cloned().unwrap_or_default();
+    let ids: Vec<&str> = results.iter().filter_map(|r| r["tool_result_id"].as_str()).collect();
+    assert_eq!(ids, ["t-2", "t-1"], "{}", listed.text);
+    assert_eq!(results[0]["original_chars"], 8);
+    assert_eq!(results[1]["storage_uri"], "viking://session/tools/tool-results/t%2D1");
+    let bash = sessions_get(&app, &format!("{SESSIONS_PATH}/tools/tool-results?tool_name=bash")).await;
+    assert_eq!(ok(&bash)["tool_results"].as_array().map(Vec::len), Some(1), "{}", bash.text);
+
+    let page = sessions_get(&app, &format!("{SESSIONS_PATH}/tools/tool-results/t-2?offset=3&limit=2")).await;
+    let page = ok(&page);
+    assert_eq!(
+        (page["content"].as_str(), page["has_more"].as_bool(), page["total_chars"].as_u64()),
+        (Some("のフ"), Some(true), Some(8))
+    );
+    let hits =
+        sessions_get(&app, &format!("{SESSIONS_PATH}/tools/tool-results/t-1/search?q=disk%20full&context_chars=7"))
+            .await;
+    assert_eq!(
+        ok(&hits)["matches"],
+        json!([{"offset": 307, "offset_unit": "unicode_code_point", "snippet": "ERROR: disk full on /va"}]),
+        "{}",
+        hits.text
+    );
+
+    for path in ["tools/tool-results/t-9", "tools/tool-results/t-9/search?q=x", "nobody/tool-results"] {
+        refused(&sessions_get(&app, &format!("{SESSIONS_PATH}/{path}")).await, 404, "NOT_FOUND");
+    }
+    let bob = [("x-openviking-user", "bob")];
+    let theirs = call(&app, Handler::Sessions, "GET", &format!("{SESSIONS_PATH}/tools/tool-results"), &bob, None).await;
+    refused(&theirs, 404, "NOT_FOUND");
+    let no_query = sessions_get(&app, &format!("{SESSIONS_PATH}/tools/tool-results/t-1/search")).await;
+    refused(&no_query, 400, "INVALID_ARGUMENT");
+}
