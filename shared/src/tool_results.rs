@@ -105,7 +105,7 @@ mod tests {
 
     use super::*;
 
-    fn message(parts: Value) -> StoredMessage {
+    fn message(parts: &Value) -> StoredMessage {
         let mut m = StoredMessage::said("m1", "assistant", "", "2026-12-01T10:00:00Z");
         m.content = None;
         m.parts = parts.as_array().cloned();
@@ -115,7 +115,7 @@ mod tests {
     #[test]
     fn tool_parts_with_an_output_are_results_and_the_latest_wins() {
         let messages = [
-            message(json!([
+            message(&json!([
                 {"type": "text", "text": "running"},
                 {"type": "tool", "tool_id": "t1", "tool_name": "bash", "tool_status": "running"},
                 {"type": "tool", "tool_id": "t2", "tool_name": "read", "tool_output": {"lines": 3}},
