@@ -121,7 +121,7 @@ mod tests {
                 {"type": "tool", "tool_id": "t2", "tool_name": "read", "tool_output": {"lines": 3}},
             ])),
             message(
-                json!([{"type": "tool", "tool_id": "t1", "tool_name": "bash", "tool_output": "ok", "tool_status": "completed"}]),
+                &json!([{"type": "tool", "tool_id": "t1", "tool_name": "bash", "tool_output": "ok", "tool_status": "completed"}]),
             ),
         ];
         let results = tool_results(&messages);
