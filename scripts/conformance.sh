@@ -68,6 +68,7 @@ echo "serving the demo on $url (dev mode)" >&2
 status=0
 echo "== OpenViking plugins (Claude Code, Codex) against $url" >&2
 tests/plugins/run.sh "$url" || status=1
+node tests/plugins/opencode.mjs --url "$url" --plugins "${PLUGINS_DIR:-$root/../shared/anchors/openviking/plugins}" || status=1
 
 echo "== MCP: conformance suite and Inspector against $url/mcp" >&2
 tests/mcp/install.sh >&2

@@ -402,7 +402,7 @@ fn build() -> Vec<Tool> {
     });
     let file_uri = json!({
         "type": "string",
-        "description": "The viking:// file, e.g. viking://~/notes/todo.md (viking://~/ is the caller's own tree; viking://resources/… needs an admin key)."
+        "description": "The viking:// file, e.g. viking://~/resources/notes/todo.md or a memory under viking://~/memories/ (viking://~/ is the caller's own tree, whose memories, resources and skills find searches; viking://resources/… needs an admin key)."
     });
     let wait = json!({ "type": "boolean", "default": false, "description": "Accepted; a local server indexes before it answers." });
     let timeout = json!({ "type": "number", "description": "Accepted; the request's deadline bounds the work." });
