@@ -27,6 +27,7 @@ pub mod llm;
 pub mod memory;
 #[cfg(feature = "assemble")]
 pub mod pipeline;
+pub mod retention;
 #[cfg(feature = "secrets")]
 pub mod secrets;
 pub mod sessions;

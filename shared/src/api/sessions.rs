@@ -36,12 +36,22 @@ use crate::sessions::{SessionContext, SessionError, SessionId, SessionMeta, Sess
 /// honours (`keep_recent_count`) or accepts and ignores (`telemetry`;
 /// `extraction_metadata`, which only a model extraction would read). The
 /// turn-budget retention fields are refused by name.
-pub const COMMIT_FIELDS: &[&str] = &["keep_recent_count", "telemetry", "extraction_metadata"];
+pub const COMMIT_FIELDS: &[&str] = &[
+    "keep_recent_count",
+    "retention_mode",
+    "keep_recent_turn_count",
+    "retained_message_token_budget",
+    "min_raw_tail_steps",
+    "telemetry",
+    "extraction_metadata",
+];
 
-/// The reference's turn-budget retention fields, which Skald does not
-/// implement.
-pub const UNSUPPORTED_COMMIT_FIELDS: &[&str] =
-    &["retention_mode", "keep_recent_turn_count", "retained_message_token_budget", "min_raw_tail_steps"];
+/// The reference's commit fields that Skald refuses by name (none: the
+/// turn-budget retention fields are served since).
+pub const UNSUPPORTED_COMMIT_FIELDS: &[&str] = &[];
+
+/// The turn-budget fields, which need `retention_mode: "turn_budget"`.
+const TURN_FIELDS: [&str; 3] = ["keep_recent_turn_count", "retained_message_token_budget", "min_raw_tail_steps"];
 
 /// The most sessions `GET /api/v1/sessions` lists (more: `"truncated": true`).
 pub const MAX_LISTED_SESSIONS: usize = 1000;
@@ -398,18 +408,34 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
         }
         Route::Commit(id) => {
             let id = session_id(&id, None)?;
-            let mut body = Body::parse(admitted.body, &[COMMIT_FIELDS, UNSUPPORTED_COMMIT_FIELDS].concat())?;
+            let mut body = Body::parse(admitted.body, COMMIT_FIELDS)?;
             let keep = body.int("keep_recent_count", Some(0), Some(10_000)).unwrap_or(0);
-            let unsupported: Vec<&str> = UNSUPPORTED_COMMIT_FIELDS.iter().copied().filter(|f| body.sent(f)).collect();
-            for field in unsupported {
-                body.error(FieldError::new(
-                    field,
-                    "value_error",
-                    "Value error, turn-budget retention is not supported; use keep_recent_count",
-                ));
+            let turn_mode = body.literal("retention_mode", &["turn_budget", ""]).is_some_and(|m| m == "turn_budget");
+            let defaults = crate::retention::TurnBudget::default();
+            let as_u64 = |n: i64| u64::try_from(n).unwrap_or(0);
+            let policy = crate::retention::TurnBudget {
+                turns: body.int("keep_recent_turn_count", Some(0), Some(10_000)).map_or(defaults.turns, as_u64),
+                token_budget: body
+                    .int("retained_message_token_budget", Some(1), None)
+                    .map_or(defaults.token_budget, as_u64),
+                min_tail: body.int("min_raw_tail_steps", Some(0), Some(10_000)).map_or(defaults.min_tail, as_u64),
+            };
+            if !turn_mode {
+                let sent: Vec<&str> = TURN_FIELDS.into_iter().filter(|f| body.sent(f)).collect();
+                for field in sent {
+                    body.error(FieldError::new(
+                        field,
+                        "value_error",
+                        "Value error, the turn-budget fields need retention_mode \"turn_budget\"",
+                    ));
+                }
             }
             body.finish()?;
-            commit(app, admitted, &sessions, &id, u64::try_from(keep).unwrap_or(0), &now).await
+            if turn_mode {
+                commit_turn_budget(app, admitted, &sessions, &id, policy, &now).await
+            } else {
+                commit(app, admitted, &sessions, &id, as_u64(keep), &now).await
+            }
         }
         Route::Context(id) => {
             let id = session_id(&id, None)?;
@@ -638,6 +664,34 @@ fn memories_extracted(meta: &SessionMeta) -> Value {
 /// Commits session `id`: plans, summarises (with the configured model
 /// under the request deadline, else extractively) and writes the archive;
 /// plans again when a concurrent commit took the archive number.
+/// A commit in turn-budget mode: what stays live is decided over the live
+/// messages (a read of each: [`crate::retention::turn_budget`]), then
+/// committed as a keep count; the result adds `estimated_active_tokens`
+/// and `budget_exceeded`.
+async fn commit_turn_budget(
+    app: &App,
+    admitted: &Admitted<'_>,
+    sessions: &Sessions<'_>,
+    id: &SessionId,
+    policy: crate::retention::TurnBudget,
+    now: &str,
+) -> Result<Value, ApiError> {
+    let live = match sessions.live_messages(id, None).await {
+        Ok(live) => live,
+        Err(SessionError::NotFound(_)) => {
+            return Err(ApiError::NotFound(format!("Session not found: {}", id.as_str())));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let steps: Vec<crate::retention::Step> =
+        live.iter().map(|m| crate::retention::Step { user: m.role == "user", tokens: m.token_estimate() }).collect();
+    let retained = crate::retention::turn_budget(&steps, policy);
+    let mut result = commit(app, admitted, sessions, id, retained.keep, now).await?;
+    result["estimated_active_tokens"] = json!(retained.estimated_active_tokens);
+    result["budget_exceeded"] = json!(retained.budget_exceeded);
+    Ok(result)
+}
+
 async fn commit(
     app: &App,
     admitted: &Admitted<'_>,

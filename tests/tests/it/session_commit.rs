@@ -334,8 +334,11 @@ async fn bad_commits_and_contexts_are_refused_with_the_field_named() {
         (json!({"keep_recent_count": -1}), "keep_recent_count"),
         (json!({"keep_recent_count": 10001}), "keep_recent_count"),
         (json!({"keep_recent_count": "3"}), "keep_recent_count"),
-        (json!({"retention_mode": "turn_budget"}), "retention_mode"),
+        (json!({"retention_mode": "sliding"}), "retention_mode"),
+        // The turn fields need the mode.
         (json!({"keep_recent_turn_count": 3}), "keep_recent_turn_count"),
+        (json!({"retention_mode": "turn_budget", "retained_message_token_budget": 0}), "retained_message_token_budget"),
+        (json!({"retention_mode": "turn_budget", "min_raw_tail_steps": -1}), "min_raw_tail_steps"),
         (json!({"keep_everything": true}), "keep_everything"),
     ];
     for (body, field) in cases {
@@ -530,4 +533,44 @@ async fn messages_a_keep_window_leaves_live_are_remembered_once() {
     let all = find_uris(Arc::clone(&app), "greenhouse vent").await;
     assert_eq!(all.len(), 8, "{all:?}");
     assert!(all.iter().all(|u| !u.contains("/oc1-000-")), "{all:?}");
+}
+
+/// Turn-budget retention (`retention_mode: "turn_budget"`): the newest
+/// user turns that fit the token budget stay live, the rest is archived,
+/// and the answer says how many tokens stayed and whether the budget held.
+#[tokio::test]
+async fn a_turn_budget_commit_keeps_the_newest_turns_that_fit() {
+    let (store, _dir) = local_store();
+    let app = app_over_store(store);
+    for turn in 1..=4 {
+        append(&app, "tb", "user", &format!("question {turn} about the greenhouse")).await;
+        append(&app, "tb", "assistant", &format!("answer {turn}: water the tomatoes at dawn")).await;
+    }
+    let body = json!({"retention_mode": "turn_budget", "keep_recent_turn_count": 2});
+    let reply = commit(&app, "tb", &body).await;
+    let result = ok(&reply);
+    assert_eq!(
+        (result["status"].as_str(), result["archived"].as_bool()),
+        (Some("accepted"), Some(true)),
+        "{}",
+        reply.text
+    );
+    assert_eq!(result["budget_exceeded"], false, "{}", reply.text);
+    assert!(result["estimated_active_tokens"].as_u64().is_some_and(|t| t > 0), "{}", reply.text);
+    let archive = sessions_get(&app, &format!("{SESSIONS_PATH}/tb/archives/archive_001")).await;
+    let archived = ok(&archive)["messages"].as_array().map(Vec::len);
+    assert_eq!(archived, Some(4), "two turns archived, two kept: {}", archive.text);
+    let context = sessions_get(&app, &format!("{SESSIONS_PATH}/tb/context")).await;
+    let live: Vec<String> = ok(&context)["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["parts"][0]["text"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(live.first().map(String::as_str), Some("question 3 about the greenhouse"), "{live:?}");
+    // A budget too small for a turn keeps the minimal tail and says so.
+    append(&app, "tb", "user", &"a very long question ".repeat(50)).await;
+    let body = json!({"retention_mode": "turn_budget", "retained_message_token_budget": 5, "min_raw_tail_steps": 1});
+    let reply = commit(&app, "tb", &body).await;
+    assert_eq!(ok(&reply)["budget_exceeded"], true, "{}", reply.text);
 }
