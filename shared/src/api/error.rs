@@ -79,6 +79,10 @@ pub enum ApiError {
         /// The configured limit.
         limit: usize,
     },
+    /// A file, an upload or an archive over its cap: 413, the message
+    /// naming it and the cap.
+    #[error("{0}")]
+    TooLarge(String),
     /// A conflicting write: 409.
     #[error("{0}")]
     Conflict(String),
@@ -126,7 +130,7 @@ impl ApiError {
             Self::NotFound(_) => 404,
             Self::MethodNotAllowed(..) => 405,
             Self::Conflict(_) => 409,
-            Self::PayloadTooLarge { .. } => 413,
+            Self::PayloadTooLarge { .. } | Self::TooLarge(_) => 413,
             Self::Busy { .. } => 429,
             Self::Internal(_) => 500,
             Self::Unavailable(_) | Self::Dependency { .. } => 503,
@@ -143,7 +147,7 @@ impl ApiError {
             Self::NotFound(_) => "NOT_FOUND",
             Self::MethodNotAllowed(..) => "METHOD_NOT_ALLOWED",
             Self::Conflict(_) => "CONFLICT",
-            Self::PayloadTooLarge { .. } => "PAYLOAD_TOO_LARGE",
+            Self::PayloadTooLarge { .. } | Self::TooLarge(_) => "PAYLOAD_TOO_LARGE",
             Self::Busy { .. } => "RESOURCE_EXHAUSTED",
             Self::Internal(_) => "INTERNAL",
             Self::Unavailable(_) | Self::Dependency { .. } => "UNAVAILABLE",

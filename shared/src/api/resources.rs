@@ -144,9 +144,9 @@ const CONCURRENCY: usize = 8;
 
 impl From<DocumentError> for ApiError {
     fn from(e: DocumentError) -> Self {
-        match e {
-            DocumentError::TooLarge { limit, .. } => Self::PayloadTooLarge { size: limit + 1, limit },
-            other => Self::InvalidArgument(other.to_string()),
+        match &e {
+            DocumentError::TooLarge { .. } => Self::TooLarge(e.to_string()),
+            _ => Self::InvalidArgument(e.to_string()),
         }
     }
 }
@@ -194,11 +194,8 @@ async fn run(
         (Route::Skills, "GET") => {
             let node_limit = query.int("node_limit", Some(1), Some(10_000)).unwrap_or(1000);
             let target = query.raw("target_uri").map(str::to_owned);
+            let roots = skill_targets(&mut query, admitted, target);
             query.finish()?;
-            let roots = match target {
-                Some(t) => vec![query_uri(&t)?],
-                None => skill_roots(admitted),
-            };
             list_skills(app, admitted, &roots, usize::try_from(node_limit).unwrap_or(1000)).await
         }
         (Route::Skills, _) => add_skill(app, admitted, &writes, None).await,
@@ -206,11 +203,8 @@ async fn run(
         (Route::Skill(name), method) => {
             documents::check_skill_name(&name)?;
             let target = query.raw("target_uri").map(str::to_owned);
+            let roots = skill_targets(&mut query, admitted, target);
             query.finish()?;
-            let roots = match target {
-                Some(t) => vec![query_uri(&t)?],
-                None => skill_roots(admitted),
-            };
             if method == "DELETE" {
                 // The caller's own skills first, then the shared ones.
                 for root in roots {
@@ -229,7 +223,8 @@ async fn run(
                 }
                 Err(ApiError::NotFound(format!("skill {name} not found")))
             } else {
-                for root in roots {
+                // Read only where the caller may read, as `find`.
+                for root in crate::find::authorize_targets(&admitted.identity, &roots)? {
                     let uri =
                         root.join(&format!("{name}/SKILL.md")).map_err(|e| ApiError::InvalidArgument(e.to_string()))?;
                     if let Some((skill, uri)) = read_skill(app, admitted, &uri).await? {
@@ -268,9 +263,19 @@ async fn run(
     }
 }
 
-/// A URI given in the query, validated.
-fn query_uri(text: &str) -> Result<VikingUri, ApiError> {
-    VikingUri::parse(text.trim()).map_err(|e| ApiError::InvalidArgument(format!("target_uri: {e}")))
+/// Where the skill routes look: `target` (the `target_uri` query
+/// parameter, `~` resolved; a malformed one is recorded in `query` at
+/// `["query", "target_uri"]`), else the caller's own skills, then the
+/// shared ones.
+fn skill_targets(query: &mut Query, admitted: &Admitted<'_>, target: Option<String>) -> Vec<VikingUri> {
+    match target.map(|t| VikingUri::parse(t.trim())) {
+        None => skill_roots(admitted),
+        Some(Ok(uri)) => vec![admitted.identity.resolve_home(&uri)],
+        Some(Err(e)) => {
+            query.value_error("target_uri", &e.to_string());
+            Vec::new()
+        }
+    }
 }
 
 /// Whether the caller writes the shared roots by default (admin, root,
@@ -345,7 +350,10 @@ async fn upload(app: &App, admitted: &Admitted<'_>) -> Result<Value, ApiError> {
         return Err(ApiError::Validation(vec![FieldError::new("file", "missing", "Field required")]));
     };
     if bytes.len() > MAX_UPLOAD_BYTES {
-        return Err(ApiError::PayloadTooLarge { size: bytes.len(), limit: MAX_UPLOAD_BYTES });
+        return Err(ApiError::TooLarge(format!(
+            "file {name} is {} bytes; an upload is at most {MAX_UPLOAD_BYTES}",
+            bytes.len()
+        )));
     }
     let hash = hex::encode(&sha2::Sha256::digest(&bytes)[..16]);
     let id = format!("{hash}_{}", upload_file_name(&name));

@@ -149,9 +149,11 @@ fn route(method: &Method, path: &str) -> Result<Route, ApiError> {
         (_, [id, "commit"]) => want(&Method::POST, Route::Commit((*id).to_owned())),
         (_, [id, "context"]) => want(&Method::GET, Route::Context((*id).to_owned())),
         (_, [id, "tool-results"]) => want(&Method::GET, Route::ToolResults((*id).to_owned())),
-        (_, [id, "tool-results", tid]) => want(&Method::GET, Route::ToolResult((*id).to_owned(), decode(tid))),
-        (_, [id, "tool-results", tid, "search"]) => {
-            want(&Method::GET, Route::ToolResultSearch((*id).to_owned(), decode(tid)))
+        (_, [id, "tool-results", tool_result_id]) => {
+            want(&Method::GET, Route::ToolResult((*id).to_owned(), decode(tool_result_id)))
+        }
+        (_, [id, "tool-results", tool_result_id, "search"]) => {
+            want(&Method::GET, Route::ToolResultSearch((*id).to_owned(), decode(tool_result_id)))
         }
         _ => Err(not_found()),
     }

@@ -88,7 +88,7 @@ impl From<WriteError> for ApiError {
             WriteError::Invalid(_) => Self::InvalidArgument(e.to_string()),
             WriteError::NotFound(_) => Self::NotFound(e.to_string()),
             WriteError::Conflict(_) => Self::Conflict(e.to_string()),
-            WriteError::TooLarge { size, limit, .. } => Self::PayloadTooLarge { size, limit },
+            WriteError::TooLarge { .. } => Self::TooLarge(e.to_string()),
             WriteError::Store(s) => s.into(),
         }
     }
@@ -254,7 +254,7 @@ async fn run(
 fn at_operation(i: usize, e: WriteError) -> ApiError {
     match e {
         WriteError::Store(s) => s.into(),
-        WriteError::TooLarge { size, limit, .. } => ApiError::PayloadTooLarge { size, limit },
+        WriteError::TooLarge { .. } => ApiError::TooLarge(format!("operations.{i}: {e}")),
         WriteError::Forbidden(m) => ApiError::PermissionDenied(format!("operations.{i}: permission denied: {m}")),
         WriteError::NotFound(uri) => ApiError::NotFound(format!("operations.{i}: not found: {uri}")),
         WriteError::Invalid(m) => ApiError::InvalidArgument(format!("operations.{i}: {m}")),

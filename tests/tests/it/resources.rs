@@ -193,6 +193,28 @@ async fn a_user_key_adds_to_its_own_tree_and_never_the_shared_one() {
     )
     .await;
     assert_eq!(ok(&skill)["uri"], "viking://user/alice/skills/hive-check", "{}", skill.text);
+    // Alice's skill by `~`; bob cannot read it by naming her tree, nor list it.
+    let as_user = |user: &str, path: &str| {
+        let request = request_to(path, "GET", &[], Body::Empty);
+        with_jwt_claims(request, &[("sub", user), ("custom:account", "default")])
+    };
+    let mine = call_handler(
+        &app,
+        Handler::Content,
+        as_user("alice", "/api/v1/skills/hive-check?target_uri=viking://~/skills"),
+    )
+    .await;
+    assert_eq!(ok(&mine)["uri"], "viking://user/alice/skills/hive-check", "{}", mine.text);
+    let theirs = "/api/v1/skills/hive-check?target_uri=viking://user/alice/skills";
+    let read = call_handler(&app, Handler::Content, as_user("bob", theirs)).await;
+    assert_eq!((read.status, read.json["error"]["code"].as_str()), (403, Some("PERMISSION_DENIED")), "{}", read.text);
+    let listed =
+        call_handler(&app, Handler::Content, as_user("bob", "/api/v1/skills?target_uri=viking://user/alice/skills"))
+            .await;
+    assert_eq!(listed.status, 403, "{}", listed.text);
+    let malformed = call_handler(&app, Handler::Content, as_user("bob", "/api/v1/skills?target_uri=../x")).await;
+    assert_eq!(malformed.status, 400, "{}", malformed.text);
+    assert_eq!(malformed.json["error"]["details"]["validation_errors"][0]["loc"], json!(["query", "target_uri"]));
 }
 
 #[tokio::test]
@@ -215,7 +237,7 @@ async fn refused_resources_name_the_field_and_write_nothing() {
         (json!({"temp_file_id": text, "to": "viking://resources/../x"}), 400, "to"),
         (json!({"temp_file_id": text, "parent": "viking://user/bob/resources"}), 403, "permission denied"),
         (json!({"temp_file_id": text, "nonsense": 1}), 400, "nonsense"),
-        (json!({"temp_file_id": bomb}), 413, "limit"),
+        (json!({"temp_file_id": bomb}), 413, "bomb.zip unpacks to more than 16777216 bytes"),
         (json!({"temp_file_id": traversal}), 400, "leaves the archive"),
     ];
     for (body, status, says) in cases {
@@ -232,6 +254,7 @@ async fn refused_resources_name_the_field_and_write_nothing() {
     let big = vec![b'a'; skald::documents::MAX_UPLOAD_BYTES + 1];
     let too_big = call_handler(&app, Handler::Content, upload_request("big.md", &big)).await;
     assert_eq!(too_big.status, 413, "{}", too_big.text);
+    assert!(too_big.text.contains("file big.md is 4194305 bytes"), "{}", too_big.text);
 }
 
 #[tokio::test]
