@@ -85,17 +85,26 @@ fi
 # api_key mode: a user key for the demo's owner, made by the operator CLI
 # (the key is the last line of its output).
 key=$(target/debug/skald --config "$work/api_key.json" --account default keys create --user default | tail -n 1)
+# Another user's key and an admin key, for the refusals and the shared roots.
+other_key=$(target/debug/skald --config "$work/api_key.json" --account default keys create --user bob | tail -n 1)
+admin_key=$(target/debug/skald --config "$work/api_key.json" --account default keys create --user ops --role admin | tail -n 1)
 start_gateway "$work/api_key.json" "$work/gateway-keys.log"
 echo "serving the demo on $url (api_key mode)" >&2
 api_status=0
 echo "== OpenViking's Python SDK (openviking-sdk 0.1.17) with an API key against $url" >&2
 sdk_python=$(tests/sdk/install.sh | tail -n 1)
-"$sdk_python" tests/sdk/conformance.py "$url" "$key" || api_status=1
+"$sdk_python" tests/sdk/conformance.py "$url" "$key" "$other_key" "$admin_key" || api_status=1
 
 echo "== OpenViking plugins (Claude Code, Codex) with an API key against $url" >&2
 tests/plugins/run.sh "$url" --api-key "$key" || api_status=1
 
 secret=${key##*_}
+for other in "$other_key" "$admin_key"; do
+  if grep -qF "${other##*_}" "$work"/gateway*.log; then
+    echo "FAIL an API key's secret appears in the gateway's log" >&2
+    api_status=1
+  fi
+done
 if grep -qF "$secret" "$work"/gateway*.log; then
   echo "FAIL the API key's secret appears in the gateway's log" >&2
   api_status=1

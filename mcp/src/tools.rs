@@ -443,7 +443,7 @@ fn build() -> Vec<Tool> {
     let add_resource_schema = json!({
         "type": "object",
         "properties": {
-            "temp_file_id": { "type": "string", "description": "A file uploaded with POST /api/v1/resources/temp_upload (text, Markdown, code, HTML, or a zip of them)." },
+            "temp_file_id": { "type": "string", "description": "A file uploaded with POST /api/v1/resources/temp_upload (text, Markdown, code, HTML, a PDF with text, or a zip of them)." },
             "path": { "type": "string", "description": "A URL or a path on the server: refused, this server fetches no URL and reads no server file; upload the file and pass temp_file_id." },
             "to": { "type": "string", "description": "The directory that receives it (or, ending in .md, the file itself), e.g. viking://resources/guides." },
             "parent": { "type": "string", "description": "The directory it goes into under its own name. Default viking://resources (admin keys and dev mode) or viking://~/resources." },
@@ -573,7 +573,7 @@ fn build() -> Vec<Tool> {
         tool(
             "add_resource",
             "Add resource",
-            "Add an uploaded file (temp_file_id) to the resources: Markdown as is, HTML and code as Markdown, a zip as a directory of them. Find and search return it at once on a local server, within seconds deployed.",
+            "Add an uploaded file (temp_file_id) to the resources: Markdown as is, HTML, PDF and code as Markdown, a zip as a directory of them. Find and search return it at once on a local server, within seconds deployed.",
             add_resource_schema,
             false,
         ),

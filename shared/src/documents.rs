@@ -3,12 +3,13 @@
 //!
 //! A resource becomes Markdown, the tree's one format (the store's
 //! notifications index `.md` files): Markdown stays as sent, HTML becomes
-//! Markdown ([`html_to_markdown`]), other UTF-8 text becomes `{name}.md`
-//! (code fenced with its language, prose as is). A zip archive (what
+//! Markdown ([`html_to_markdown`]), a PDF its text layer, page by page,
+//! other UTF-8 text becomes `{name}.md` (code fenced with its language,
+//! prose as is). A zip archive (what
 //! OpenViking's clients upload for a directory) is unpacked entry by entry,
 //! with every name checked ([`unpack`]); an entry that is not text is
-//! skipped and named in the warnings. Anything else (images, PDFs,
-//! executables) is refused with the file's name.
+//! skipped and named in the warnings. Anything else (images, scanned or
+//! encrypted PDFs, executables) is refused with the file's name.
 //!
 //! A skill is a `SKILL.md` with `name` and `description` in its
 //! frontmatter ([`parse_skill`]), optionally with files beside it.
@@ -194,14 +195,18 @@ pub fn resource_documents(name: &str, bytes: &[u8]) -> Result<Converted, Documen
 ///
 /// # Errors
 /// [`DocumentError::Unsupported`] when the file is not UTF-8 text (a NUL
-/// byte or invalid UTF-8), naming it.
+/// byte or invalid UTF-8) nor a PDF with a text layer, naming it.
 pub fn to_markdown(path: &str, bytes: &[u8]) -> Result<Document, DocumentError> {
     let unsupported = |reason: &str| DocumentError::Unsupported {
         name: path.to_owned(),
-        reason: format!("{reason}; a resource is text, Markdown or HTML (or a zip archive of them)"),
+        reason: format!("{reason}; a resource is text, Markdown, HTML or a PDF with text (or a zip archive of them)"),
     };
     if bytes.starts_with(b"%PDF-") || extension(path) == "pdf" {
-        return Err(unsupported("a PDF (convert it to text or Markdown first)"));
+        let (dir, file) = path.rsplit_once('/').map_or(("", path), |(d, f)| (d, f));
+        let stem = file.rsplit_once('.').map_or(file, |(s, _)| s);
+        let text = pdf_to_markdown(stem, bytes).map_err(|reason| unsupported(&reason))?;
+        let name = format!("{stem}.md");
+        return Ok(Document { path: if dir.is_empty() { name } else { format!("{dir}/{name}") }, text });
     }
     let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
     if bytes.contains(&0) {
@@ -234,6 +239,42 @@ pub fn to_markdown(path: &str, bytes: &[u8]) -> Result<Document, DocumentError> 
             None => Document { path: in_dir(format!("{file}.md")), text },
         },
     })
+}
+
+/// The most pages of a PDF read.
+pub const MAX_PDF_PAGES: usize = 2_000;
+
+/// A PDF's text layer as Markdown: `# {title}`, then each page's text, pages
+/// separated by a blank line. Each page's decompressed content is bounded
+/// ([`MAX_ARCHIVE_BYTES`]), and so is the whole text.
+///
+/// # Errors
+/// Why it cannot be read (not a PDF, encrypted, no text layer), as a reason.
+fn pdf_to_markdown(title: &str, bytes: &[u8]) -> Result<String, String> {
+    let document = lopdf::Document::load_mem(bytes).map_err(|e| format!("not a readable PDF ({e})"))?;
+    if document.is_encrypted() {
+        return Err("an encrypted PDF".into());
+    }
+    let mut pages = Vec::new();
+    let mut total = 0usize;
+    for number in document.get_pages().into_keys().take(MAX_PDF_PAGES) {
+        let text = document
+            .extract_text_with_limit(&[number], MAX_ARCHIVE_BYTES)
+            .map_err(|e| format!("page {number} cannot be read ({e})"))?;
+        let text: Vec<&str> = text.lines().map(str::trim_end).collect();
+        let text = text.join("\n").trim().to_owned();
+        total += text.len();
+        if total > MAX_ARCHIVE_BYTES {
+            return Err(format!("a PDF whose text passes {MAX_ARCHIVE_BYTES} bytes"));
+        }
+        if !text.is_empty() {
+            pages.push(text);
+        }
+    }
+    if pages.is_empty() {
+        return Err("a PDF without a text layer (a scan? run OCR first)".into());
+    }
+    Ok(format!("# {title}\n\n{}\n", pages.join("\n\n")))
 }
 
 /// `name`'s extension, lowercase (`""` when none).
@@ -616,11 +657,63 @@ mod tests {
 
     #[test]
     fn binary_pdf_and_invalid_utf8_are_refused_by_name() {
-        for (name, body) in [("a.png", &b"\x89PNG\r\n\x1a\n\0\0"[..]), ("b.pdf", b"%PDF-1.7\n"), ("c.txt", b"caf\xe9")]
+        for (name, body) in
+            [("a.png", &b"\x89PNG\r\n\x1a\n\0\0"[..]), ("b.pdf", b"%PDF-1.7\nnot really"), ("c.txt", b"caf\xe9")]
         {
             let error = to_markdown(name, body).expect_err(name);
             assert!(error.to_string().starts_with(name), "{error}");
         }
+    }
+
+    /// A PDF of `pages`, each a list of text lines (lopdf's own builder).
+    fn pdf_of(pages: &[&[&str]]) -> Vec<u8> {
+        use lopdf::content::{Content, Operation};
+        use lopdf::{Object, Stream, dictionary};
+        let mut doc = lopdf::Document::with_version("1.5");
+        let pages_id = doc.new_object_id();
+        let font_id = doc.add_object(dictionary! { "Type" => "Font", "Subtype" => "Type1", "BaseFont" => "Courier" });
+        let resources_id = doc.add_object(dictionary! { "Font" => dictionary! { "F1" => font_id } });
+        let mut kids = Vec::new();
+        for lines in pages {
+            let mut operations = vec![Operation::new("BT", vec![]), Operation::new("Tf", vec!["F1".into(), 12.into()])];
+            for (i, line) in lines.iter().enumerate() {
+                let y = 700 - 20 * i64::try_from(i).unwrap_or(0);
+                operations
+                    .push(Operation::new("Tm", vec![1.into(), 0.into(), 0.into(), 1.into(), 72.into(), y.into()]));
+                operations.push(Operation::new("Tj", vec![Object::string_literal(*line)]));
+            }
+            operations.push(Operation::new("ET", vec![]));
+            let content = Content { operations }.encode().expect("encode");
+            let content_id = doc.add_object(Stream::new(dictionary! {}, content));
+            let page_id = doc.add_object(dictionary! {
+                "Type" => "Page", "Parent" => pages_id, "Contents" => content_id,
+                "Resources" => resources_id, "MediaBox" => vec![0.into(), 0.into(), 595.into(), 842.into()],
+            });
+            kids.push(page_id.into());
+        }
+        let count = i64::try_from(kids.len()).unwrap_or(0);
+        doc.objects
+            .insert(pages_id, Object::Dictionary(dictionary! { "Type" => "Pages", "Kids" => kids, "Count" => count }));
+        let catalog_id = doc.add_object(dictionary! { "Type" => "Catalog", "Pages" => pages_id });
+        doc.trailer.set("Root", catalog_id);
+        doc.compress();
+        let mut out = Vec::new();
+        doc.save_to(&mut out).expect("save");
+        out
+    }
+
+    #[test]
+    fn a_pdf_becomes_its_text_page_by_page() {
+        let bytes = pdf_of(&[&["Tide tables for Brest"], &["High water at 06:12", "Low water at 12:31"]]);
+        let document = to_markdown("docs/tides.pdf", &bytes).expect("a PDF with text");
+        assert_eq!(document.path, "docs/tides.md");
+        assert!(document.text.starts_with("# tides\n\n"), "{}", document.text);
+        for line in ["Tide tables for Brest", "High water at 06:12", "Low water at 12:31"] {
+            assert!(document.text.contains(line), "{line} not in {}", document.text);
+        }
+        let blank = pdf_of(&[&[]]);
+        let error = to_markdown("scan.pdf", &blank).expect_err("no text layer");
+        assert!(error.to_string().contains("without a text layer"), "{error}");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 """OpenViking's own Python SDK (openviking-sdk 0.1.17, unchanged) against a
 running Skald in `api_key` mode.
 
-    python tests/sdk/conformance.py URL KEY [OTHER_KEY]
+    python tests/sdk/conformance.py URL KEY [OTHER_KEY ADMIN_KEY]
 
 URL is Skald's base URL; KEY an API key of user `default` of account
 `default` (who owns the demo corpus, samplconfigs/demo), created with
@@ -16,7 +16,11 @@ URL, which is refused; `add_skill`, `list_skills`, `find_skills`),
 `list_sessions` and `delete_session` through
 `SyncHTTPClient(url=..., api_key=...)`,
 and checks that a wrong key raises the SDK's authentication error and that
-a user key naming another user raises its permission error. Prints one
+a user key naming another user raises its permission error. With
+OTHER_KEY (another user's key) and ADMIN_KEY (an admin key, made with
+`--role admin`): the other user neither reads nor removes the first's
+resources and skills, and the admin key adds a resource and a skill to the
+shared roots, which the user key finds but cannot remove. Prints one
 line per check and `N passed, N failed`; exits 1 on any failure.
 """
 
@@ -235,6 +239,59 @@ def main():
         assert client.list_watches() == [], client.list_watches()
         assert client.wait_processed()["waited"] is True
         assert isinstance(client.list_tasks(), list)
+
+    other_key = sys.argv[3] if len(sys.argv) > 4 else None
+    admin_key = sys.argv[4] if len(sys.argv) > 4 else None
+
+    def client_with(api_key):
+        made = SyncHTTPClient(url=url, api_key=api_key, timeout=60)
+        made.initialize()
+        return made
+
+    def raises(error, fn):
+        try:
+            fn()
+        except error:
+            return True
+        return False
+
+    if other_key and admin_key:
+
+        @check("another user's key neither reads nor removes the first user's resource and skill")
+        def _():
+            bob = client_with(other_key)
+            try:
+                mine = "viking://user/default/resources/glacier-notes.md"
+                assert raises(PermissionDeniedError, lambda: bob.read(mine)), "bob read default's resource"
+                assert raises(PermissionDeniedError, lambda: bob.rm(mine)), "bob removed default's resource"
+                skills = "viking://user/default/skills"
+                assert raises(PermissionDeniedError, lambda: bob.delete_skill("tide-tables", target_uri=skills))
+                found = uris(bob.find("which glacier calves in summer", limit=10))
+                assert mine not in found, found
+            finally:
+                bob.close()
+
+        @check("an admin key adds to the shared roots; the user key finds it and cannot remove it")
+        def _():
+            admin = client_with(admin_key)
+            try:
+                with tempfile.TemporaryDirectory() as tmp:
+                    path = os.path.join(tmp, "ferry-times.md")
+                    with open(path, "w", encoding="utf-8") as f:
+                        f.write("# Ferry times\n\nThe first ferry to Hydra leaves Piraeus at 07:40.\n")
+                    added = admin.add_resource(path, wait=True)
+                assert added["root_uri"] == "viking://resources/ferry-times.md", added
+                skill = "---\nname: ferry-booking\ndescription: Book a Greek island ferry\n---\n\nUse the port's site.\n"
+                shared = admin.add_skill(skill, wait=True)
+                assert shared["uri"] == "viking://agent/skills/ferry-booking", shared
+            finally:
+                admin.close()
+            found = uris(client.find("when does the first ferry to Hydra leave", limit=5))
+            assert "viking://resources/ferry-times.md" in found, found
+            skills = uris(client.find_skills("book a ferry to a Greek island", limit=5))
+            assert any(u.startswith("viking://agent/skills/ferry-booking") for u in skills), skills
+            assert raises(PermissionDeniedError, lambda: client.rm("viking://resources/ferry-times.md"))
+            assert raises(PermissionDeniedError, lambda: client.delete_skill("ferry-booking"))
 
     @check("list_sessions and delete_session")
     def _():

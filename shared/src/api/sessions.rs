@@ -1047,10 +1047,18 @@ async fn summarize(
 ) -> (crate::sessions::ArchiveSummary, &'static str) {
     use crate::llm::archive::{SUMMARY_CAP, summarize};
     let model = app.models.stage_model();
-    let reserve = std::time::Duration::from_millis(app.config.retrieval.stage_reserve_ms);
+    let reserve = std::time::Duration::from_millis(app.config.retrieval.stage_reserve_ms).max(COMMIT_RESERVE);
     let budget = admitted.deadline.stage_budget(std::time::Instant::now(), SUMMARY_CAP, reserve);
     summarize(model.as_deref(), messages, budget).await
 }
+
+/// The least time a commit keeps back after its summary stage for what
+/// follows (the archive's claim, its episodes written and, on a local
+/// store, embedded and indexed, the live episodes, the mark): a model
+/// slower than the deadline must not take the commit with it, also on a
+/// loaded machine.
+#[cfg(feature = "llm")]
+const COMMIT_RESERVE: std::time::Duration = std::time::Duration::from_secs(4);
 
 /// The extractive summaries (this build has no model client).
 #[cfg(not(feature = "llm"))]
