@@ -162,7 +162,8 @@ pub async fn handle(app: &App, route: Route, request: &Request<Bytes>) -> Respon
         Route::Watches => &[Method::GET, Method::PATCH, Method::DELETE, Method::POST],
         Route::Watch(_) => &[Method::GET, Method::PATCH, Method::DELETE, Method::POST],
     };
-    let expected = if allowed.contains(&method) { method.clone() } else { allowed[0].clone() };
+    let expected =
+        if allowed.contains(&method) { method.clone() } else { allowed.first().cloned().unwrap_or(Method::POST) };
     let limit = if route == Route::Upload {
         (MAX_UPLOAD_BYTES + MULTIPART_OVERHEAD).max(app.config.limits.max_body_bytes)
     } else {
@@ -456,7 +457,8 @@ async fn add_resource(app: &App, admitted: &Admitted<'_>, writes: &Writes<'_>) -
                 .iter()
                 .map(|d| to.join(&d.path).map_err(|e| bad_target("to", format!("Value error, {e}"))))
                 .collect::<Result<Vec<_>, _>>()?;
-            let root = if converted.archive { to } else { targets[0].clone() };
+            // A single file is its own root (it has exactly one target).
+            let root = if converted.archive { to } else { targets.first().cloned().unwrap_or(to) };
             (root, targets)
         }
         (None, archive) => {
@@ -472,7 +474,7 @@ async fn add_resource(app: &App, admitted: &Admitted<'_>, writes: &Writes<'_>) -
                 .iter()
                 .map(|d| base.join(&d.path).map_err(|e| bad_target("source_name", format!("Value error, {e}"))))
                 .collect::<Result<Vec<_>, _>>()?;
-            let root = if archive { base } else { targets[0].clone() };
+            let root = if archive { base } else { targets.first().cloned().unwrap_or(base) };
             (root, targets)
         }
     };
