@@ -251,6 +251,13 @@ impl Body {
     }
 }
 
+/// A path segment percent-decoded (invalid UTF-8 replaced): a skill's
+/// name, a watch's id, a tool result's id as a client encoded it.
+#[must_use]
+pub fn decode_segment(segment: &str) -> String {
+    percent_encoding::percent_decode_str(segment).decode_utf8_lossy().into_owned()
+}
+
 /// A request's query string being validated, as the reference's FastAPI
 /// query parameters: percent-decoded (`+` is a space), the last value of a
 /// repeated name wins, unknown names are ignored, and every problem is a

@@ -43,7 +43,7 @@ use serde_json::{Value, json};
 use sha2::Digest as _;
 
 use super::error::{ApiError, FieldError};
-use super::fields::{Body, Query};
+use super::fields::{Body, Query, decode_segment};
 use super::{Admitted, admit_sized, error_response, ok, within_deadline};
 use crate::app::App;
 use crate::documents::{
@@ -89,17 +89,13 @@ pub fn route(path: &str) -> Option<Route> {
         _ => {
             if let Some(name) = path.strip_prefix("/api/v1/skills/") {
                 // `skills/find` is the find function's.
-                return (!name.contains('/') && name != "find").then(|| Route::Skill(decode(name)));
+                return (!name.contains('/') && name != "find").then(|| Route::Skill(decode_segment(name)));
             }
             let id = path.strip_prefix("/api/v1/watches/")?;
             let id = id.strip_suffix("/trigger").unwrap_or(id);
-            return (!id.contains('/')).then(|| Route::Watch(decode(id)));
+            return (!id.contains('/')).then(|| Route::Watch(decode_segment(id)));
         }
     })
-}
-
-fn decode(segment: &str) -> String {
-    percent_encoding::percent_decode_str(segment).decode_utf8_lossy().into_owned()
 }
 
 /// The fields `POST /resources` accepts (OpenViking's options; those about

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 
 use super::error::{ApiError, FieldError};
 use super::fields::Body;
-use super::fields::Query;
+use super::fields::{Query, decode_segment};
 use super::payload::{Budget, largest_fitting, respond};
 use super::{Admitted, admit_method, error_response, within_deadline};
 use crate::app::App;
@@ -150,19 +150,13 @@ fn route(method: &Method, path: &str) -> Result<Route, ApiError> {
         (_, [id, "context"]) => want(&Method::GET, Route::Context((*id).to_owned())),
         (_, [id, "tool-results"]) => want(&Method::GET, Route::ToolResults((*id).to_owned())),
         (_, [id, "tool-results", tool_result_id]) => {
-            want(&Method::GET, Route::ToolResult((*id).to_owned(), decode(tool_result_id)))
+            want(&Method::GET, Route::ToolResult((*id).to_owned(), decode_segment(tool_result_id)))
         }
         (_, [id, "tool-results", tool_result_id, "search"]) => {
-            want(&Method::GET, Route::ToolResultSearch((*id).to_owned(), decode(tool_result_id)))
+            want(&Method::GET, Route::ToolResultSearch((*id).to_owned(), decode_segment(tool_result_id)))
         }
         _ => Err(not_found()),
     }
-}
-
-/// A path segment percent-decoded (a tool result id may hold any
-/// character its client gave it).
-fn decode(segment: &str) -> String {
-    percent_encoding::percent_decode_str(segment).decode_utf8_lossy().into_owned()
 }
 
 fn session_id(text: &str, field: Option<&str>) -> Result<SessionId, ApiError> {

@@ -1276,7 +1276,7 @@ fn route_binding(
         let rest = &line[at + "Route::".len()..];
         let variant = identifier(rest);
         let argument = rest[variant.len()..].strip_prefix('(').unwrap_or_default();
-        let argument = argument.strip_prefix("decode(").unwrap_or(argument);
+        let argument = argument.strip_prefix("decode_segment(").unwrap_or(argument);
         if let Some((prefix, suffixes)) = bound.get(identifier(argument)) {
             for suffix in suffixes {
                 paths.push((format!("{prefix}{{{}}}{suffix}", identifier(argument)), None, variant.to_owned()));
