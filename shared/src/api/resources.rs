@@ -679,18 +679,15 @@ async fn list_skills(
     let readable = crate::find::authorize_targets(&admitted.identity, roots)?;
     let mut uris = Vec::new();
     for root in &readable {
-        let prefix = format!("{}/", tree_key(&admitted.identity.account, root));
-        for object in app.store.list(&prefix).await? {
-            let Some(rest) = object.key.strip_prefix(&prefix) else { continue };
-            if let Some((name, "SKILL.md")) = rest.split_once('/')
-                && let Ok(uri) = root.join(&format!("{name}/SKILL.md"))
-            {
-                uris.push(uri);
-            }
-            if uris.len() >= node_limit {
-                break;
-            }
+        // The skills' directories, one level down (not the files inside):
+        // each one's SKILL.md is read below; one without is no skill.
+        let left = node_limit.saturating_sub(uris.len());
+        if left == 0 {
+            break;
         }
+        let listing = app.store.list_dir(&tree_key(&admitted.identity.account, root), left).await?;
+        let names = listing.dirs.iter().filter(|name| !name.starts_with('.'));
+        uris.extend(names.filter_map(|name| root.join(&format!("{name}/SKILL.md")).ok()));
     }
     uris.truncate(node_limit);
     let mut skills = Vec::with_capacity(uris.len());
