@@ -9,9 +9,10 @@ use std::sync::Arc;
 use lambda_http::Body;
 use serde_json::{Value, json};
 use skald::app::App;
+
+use crate::common::found_by_keywords;
 use skald_tests::fixture::{
-    DEFAULT_CORPUS, Handler, Reply, TempDirs, app_with_corpus, call, call_handler, find, ok, request_to,
-    with_jwt_claims,
+    DEFAULT_CORPUS, Handler, Reply, TempDirs, app_with_corpus, call, call_handler, ok, request_to, with_jwt_claims,
 };
 
 async fn app() -> (Arc<App>, TempDirs) {
@@ -30,17 +31,6 @@ async fn read(app: &Arc<App>, uri: &str) -> Reply {
     call(app, Handler::Content, "GET", &format!("/api/v1/content/read?uri={uri}"), &[], None).await
 }
 
-/// The URIs a keyword `find` for `query` returns.
-async fn found(app: &Arc<App>, query: &str) -> Vec<String> {
-    let (status, body) = find(app, &json!({"query": query, "search_type": "keywords", "limit": 20})).await;
-    assert_eq!(status, 200, "{body}");
-    ["memories", "resources", "skills"]
-        .iter()
-        .flat_map(|k| body["result"][k].as_array().cloned().unwrap_or_default())
-        .filter_map(|h| h["uri"].as_str().map(str::to_owned))
-        .collect()
-}
-
 #[tokio::test]
 async fn a_write_is_searchable_and_a_replace_leaves_no_trace_of_the_old_text() {
     let (app, _dirs) = app().await;
@@ -50,12 +40,12 @@ async fn a_write_is_searchable_and_a_replace_leaves_no_trace_of_the_old_text() {
             .await;
     assert_eq!(ok(&reply)["created"], true, "{}", reply.text);
     assert_eq!(ok(&reply)["status"], "indexed");
-    assert!(found(&app, "Biscuit allergic chicken").await.contains(&uri.to_owned()));
+    assert!(found_by_keywords(&app, "Biscuit allergic chicken").await.contains(&uri.to_owned()));
     let reply =
         post(&app, "/api/v1/content/write", &json!({"uri": uri, "content": "Biscuit now eats salmon kibble."})).await;
     assert_eq!((ok(&reply)["created"].as_bool(), ok(&reply)["mode"].as_str()), (Some(false), Some("replace")));
-    assert!(!found(&app, "chicken").await.contains(&uri.to_owned()), "the replaced text is still indexed");
-    assert!(found(&app, "salmon kibble").await.contains(&uri.to_owned()));
+    assert!(!found_by_keywords(&app, "chicken").await.contains(&uri.to_owned()), "the replaced text is still indexed");
+    assert!(found_by_keywords(&app, "salmon kibble").await.contains(&uri.to_owned()));
     // Append adds; create refuses an existing file with 409 and changes nothing.
     let reply =
         post(&app, "/api/v1/content/write", &json!({"uri": uri, "content": "\nHe is 4.", "mode": "append"})).await;
@@ -114,7 +104,7 @@ async fn a_move_and_a_delete_leave_no_stale_record() {
     )
     .await;
     assert_eq!(ok(&reply)["moved"], 2, "{}", reply.text);
-    let hits = found(&app, "quokka").await;
+    let hits = found_by_keywords(&app, "quokka").await;
     assert!(hits.iter().all(|u| u.starts_with("viking://user/default/archive/research/")), "{hits:?}");
     assert_eq!(hits.len(), 2, "{hits:?}");
     assert_eq!(read(&app, "viking://~/research/a.md").await.status, 404);
@@ -124,7 +114,7 @@ async fn a_move_and_a_delete_leave_no_stale_record() {
     assert!(reply.json["error"]["message"].as_str().is_some_and(|m| m.starts_with("recursive:")), "{}", reply.text);
     let reply = delete(&app, "uri=viking://~/archive/research&recursive=true").await;
     assert_eq!(ok(&reply)["deleted"], 2, "{}", reply.text);
-    assert!(found(&app, "quokka").await.is_empty());
+    assert!(found_by_keywords(&app, "quokka").await.is_empty());
     assert_eq!(delete(&app, "uri=viking://~/archive/research").await.status, 404);
 }
 
@@ -246,7 +236,7 @@ async fn refusals_name_the_field_and_change_nothing() {
         ),
     ];
     let before = store_bytes(&app).await;
-    let index_before = found(&app, "rust").await;
+    let index_before = found_by_keywords(&app, "rust").await;
     for (method, path, body, status, needle) in cases {
         let reply = call(&app, Handler::Content, method, path, &[], (!body.is_null()).then_some(&body)).await;
         let shown: String = body.to_string().chars().take(200).collect();
@@ -271,7 +261,7 @@ async fn refusals_name_the_field_and_change_nothing() {
         assert!(reply.text.contains(needle), "{needle:?} not in {}", reply.text);
     }
     assert_eq!(store_bytes(&app).await, before, "a refused request changed the store");
-    assert_eq!(found(&app, "rust").await, index_before, "a refused request changed the index");
+    assert_eq!(found_by_keywords(&app, "rust").await, index_before, "a refused request changed the index");
     assert_eq!(read(&app, "viking://~/x.md").await.status, 404, "a refused write left a file");
 }
 
@@ -364,7 +354,11 @@ async fn a_batch_writes_all_or_names_what_it_refused() {
         reply.text
     );
     assert_eq!(ok(&read(&app, "viking://~/garden/tools.md").await), "Sharpen the secateurs.");
-    assert!(found(&app, "compost raised beds").await.contains(&"viking://user/default/garden/beds.md".to_owned()));
+    assert!(
+        found_by_keywords(&app, "compost raised beds")
+            .await
+            .contains(&"viking://user/default/garden/beds.md".to_owned())
+    );
 
     let refusals: Vec<(Value, u16, &str)> = vec![
         (

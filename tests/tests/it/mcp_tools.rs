@@ -978,21 +978,9 @@ async fn write_edit_and_forget_change_what_find_returns() {
 #[tokio::test]
 async fn add_resource_adds_an_upload_and_the_watch_tools_say_there_are_none() {
     let (app, _dirs) = default_app().await;
-    let boundary = "mcp-test-boundary";
-    let mut body =
-        format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"tides.md\"\r\n\r\n")
-            .into_bytes();
-    body.extend_from_slice(b"# Tides\n\nSpring tides at Mont-Saint-Michel rise fourteen metres.");
-    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    let content_type = format!("multipart/form-data; boundary={boundary}");
-    let request = skald_tests::fixture::request_to(
-        "/api/v1/resources/temp_upload",
-        "POST",
-        &[("content-type", &content_type)],
-        lambda_http::Body::Binary(body),
-    );
-    let uploaded = skald_tests::fixture::call_handler(&app, Handler::Content, request).await;
-    let id = uploaded.json["result"]["temp_file_id"].as_str().unwrap_or_else(|| panic!("{}", uploaded.text)).to_owned();
+    let id =
+        crate::common::upload(&app, "tides.md", b"# Tides\n\nSpring tides at Mont-Saint-Michel rise fourteen metres.")
+            .await;
     let added = text(&app, "add_resource", &json!({"temp_file_id": id, "parent": "viking://resources/coast"})).await;
     assert_eq!(added, "Added viking://resources/coast/tides.md (1 file(s); index: indexed).");
     let found =

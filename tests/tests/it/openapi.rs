@@ -101,6 +101,8 @@ use skald_tests::fixture::{
 };
 use skald_tests::model_server::{ModelServer, Reply as ModelReply};
 
+use crate::common::zip_of;
+
 /// A typed result serialised as a response carries it.
 macro_rules! typed {
     ($value:expr) => {
@@ -2846,19 +2848,6 @@ impl ResourceProbe {
             Sent::Parts(p) => multipart_request(&self.target, self.method, headers, p),
         }
     }
-}
-
-/// A zip archive of `entries` (path, bytes).
-fn zip_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
-    use std::io::Write as _;
-    let mut out = std::io::Cursor::new(Vec::new());
-    let mut writer = zip::ZipWriter::new(&mut out);
-    for (name, body) in entries {
-        writer.start_file(*name, zip::write::SimpleFileOptions::default()).expect("start a zip entry");
-        writer.write_all(body).expect("write a zip entry");
-    }
-    writer.finish().expect("finish the zip");
-    out.into_inner()
 }
 
 /// Uploads `bytes` as `name` through the handler; its `temp_file_id`.

@@ -6,52 +6,19 @@
 //! time, and every refusal is the status a user would expect, naming the
 //! field, with nothing written.
 
-use std::io::Write as _;
 use std::sync::Arc;
 
 use lambda_http::Body;
 use serde_json::{Value, json};
 use skald::app::App;
+
+use crate::common::{found_by_keywords, upload, upload_request, zip_of};
 use skald_tests::fixture::{
-    DEFAULT_CORPUS, Handler, Reply, TempDirs, app_with_corpus, call, call_handler, find, ok, request_to,
-    with_jwt_claims,
+    DEFAULT_CORPUS, Handler, Reply, TempDirs, app_with_corpus, call, call_handler, ok, request_to, with_jwt_claims,
 };
 
 async fn app() -> (Arc<App>, TempDirs) {
     app_with_corpus(DEFAULT_CORPUS, true).await
-}
-
-const BOUNDARY: &str = "skald-test-boundary-7f3a";
-
-/// A multipart/form-data body with one `file` part, as the SDK sends it.
-fn multipart(file_name: &str, bytes: &[u8]) -> Vec<u8> {
-    let mut body = Vec::new();
-    write!(
-        body,
-        "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"upload_mode\"\r\n\r\nlocal\r\n\
-         --{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{file_name}\"\r\n\
-         Content-Type: application/octet-stream\r\n\r\n"
-    )
-    .expect("write");
-    body.extend_from_slice(bytes);
-    write!(body, "\r\n--{BOUNDARY}--\r\n").expect("write");
-    body
-}
-
-fn upload_request(file_name: &str, bytes: &[u8]) -> lambda_http::Request {
-    let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
-    request_to(
-        "/api/v1/resources/temp_upload",
-        "POST",
-        &[("content-type", &content_type)],
-        Body::Binary(multipart(file_name, bytes)),
-    )
-}
-
-/// Uploads `bytes` as `file_name`; the `temp_file_id`.
-async fn upload(app: &Arc<App>, file_name: &str, bytes: &[u8]) -> String {
-    let reply = call_handler(app, Handler::Content, upload_request(file_name, bytes)).await;
-    ok(&reply)["temp_file_id"].as_str().unwrap_or_else(|| panic!("no temp_file_id: {}", reply.text)).to_owned()
 }
 
 async fn post(app: &Arc<App>, path: &str, body: &Value) -> Reply {
@@ -62,33 +29,11 @@ async fn read(app: &Arc<App>, uri: &str) -> Reply {
     call(app, Handler::Content, "GET", &format!("/api/v1/content/read?uri={uri}"), &[], None).await
 }
 
-/// The URIs a keyword `find` for `query` returns.
-async fn found(app: &Arc<App>, query: &str) -> Vec<String> {
-    let (status, body) = find(app, &json!({"query": query, "search_type": "keywords", "limit": 20})).await;
-    assert_eq!(status, 200, "{body}");
-    ["memories", "resources", "skills"]
-        .iter()
-        .flat_map(|k| body["result"][k].as_array().cloned().unwrap_or_default())
-        .filter_map(|h| h["uri"].as_str().map(str::to_owned))
-        .collect()
-}
-
 /// Every key of the store (names only), sorted.
 async fn store_keys(app: &Arc<App>) -> Vec<String> {
     let mut keys: Vec<String> = app.store.list("").await.expect("list the store").into_iter().map(|o| o.key).collect();
     keys.sort();
     keys
-}
-
-fn zip_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut out = std::io::Cursor::new(Vec::new());
-    let mut writer = zip::ZipWriter::new(&mut out);
-    for (name, body) in entries {
-        writer.start_file(*name, zip::write::SimpleFileOptions::default()).expect("start");
-        writer.write_all(body).expect("write");
-    }
-    writer.finish().expect("finish");
-    out.into_inner()
 }
 
 #[tokio::test]
@@ -107,7 +52,7 @@ async fn an_uploaded_page_becomes_a_searchable_markdown_resource() {
     assert_eq!(result["queue_status"], "indexed");
     let text = ok(&read(&app, "viking://resources/trail.md").await).as_str().unwrap_or_default().to_owned();
     assert_eq!(text, "# Trail notes\n\nThe Zanskar trail crosses the frozen river in February.\n");
-    assert!(found(&app, "Zanskar frozen river").await.contains(&"viking://resources/trail.md".to_owned()));
+    assert!(found_by_keywords(&app, "Zanskar frozen river").await.contains(&"viking://resources/trail.md".to_owned()));
     // A used upload is gone: naming it again is a 404 that says so.
     let again = post(&app, "/api/v1/resources", &json!({"temp_file_id": id})).await;
     assert_eq!((again.status, again.json["error"]["code"].as_str()), (404, Some("NOT_FOUND")), "{}", again.text);
@@ -139,7 +84,11 @@ async fn an_uploaded_directory_lands_below_its_target_and_skips_what_is_not_text
     assert!(warnings.len() == 1 && warnings[0].as_str().is_some_and(|w| w.contains("logo.png")), "{warnings:?}");
     let code = ok(&read(&app, "viking://resources/projects/ferry/src/timetable.py.md").await).clone();
     assert!(code.as_str().is_some_and(|c| c.contains("```python\ndef next_ferry")), "{code}");
-    assert!(found(&app, "Piraeus").await.contains(&"viking://resources/projects/ferry/src/timetable.py.md".to_owned()));
+    assert!(
+        found_by_keywords(&app, "Piraeus")
+            .await
+            .contains(&"viking://resources/projects/ferry/src/timetable.py.md".to_owned())
+    );
     // The description is the directory's abstract.
     let summary = call(
         &app,
@@ -313,7 +262,7 @@ async fn skills_are_added_listed_read_found_and_deleted() {
     }
     let deleted = call(&app, Handler::Content, "DELETE", "/api/v1/skills/sourdough", &[], None).await;
     assert_eq!(ok(&deleted)["deleted"], 1, "{}", deleted.text);
-    assert!(!found(&app, "sourdough starter").await.iter().any(|u| u.contains("sourdough")));
+    assert!(!found_by_keywords(&app, "sourdough starter").await.iter().any(|u| u.contains("sourdough")));
     let gone = call(&app, Handler::Content, "GET", "/api/v1/skills/sourdough", &[], None).await;
     assert_eq!(gone.status, 404, "{}", gone.text);
 }
