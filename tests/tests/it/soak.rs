@@ -154,13 +154,30 @@ fn versioned(writer: usize, node: usize, version: usize) -> Segment {
     }
 }
 
+/// A client's pause before retry `attempt` (from 1): a millisecond more
+/// each time, at most 20, as a client backs off rather than spin on a
+/// contended key.
+async fn back_off(attempt: usize) {
+    tokio::time::sleep(std::time::Duration::from_millis(attempt.min(20) as u64)).await;
+}
+
 #[derive(Default)]
 struct Tally {
     operations: AtomicU64,
     retries: AtomicU64,
-    given_up: AtomicU64,
+    /// The operations retried until the soak gave up, with their last
+    /// answer.
+    given_up: std::sync::Mutex<Vec<String>>,
     server_errors: AtomicU64,
     unavailable: AtomicU64,
+}
+
+impl Tally {
+    fn give_up(&self, what: String) {
+        if let Ok(mut given_up) = self.given_up.lock() {
+            given_up.push(what);
+        }
+    }
 }
 
 /// One soak of `seed` over `inner`: its summary line printed, and what was
@@ -196,19 +213,26 @@ async fn soak(inner: SharedStore, backend: &str, seed: u64) -> Result<(), Vec<St
                 let node = c % NODES_PER_WRITER;
                 let segment = versioned(w, node, c);
                 tally.operations.fetch_add(1, Ordering::Relaxed);
-                let mut done = false;
-                for _ in 0..RETRIES {
-                    if commit(&app.store, &account, &app.embedder_info(), &segment).await.is_ok() {
-                        done = true;
-                        break;
+                let mut last = None;
+                for attempt in 0..RETRIES {
+                    if attempt > 0 {
+                        back_off(attempt).await;
+                    }
+                    match commit(&app.store, &account, &app.embedder_info(), &segment).await {
+                        Ok(_) => {
+                            last = None;
+                            break;
+                        }
+                        Err(e) => last = Some(e.to_string()),
                     }
                     tally.retries.fetch_add(1, Ordering::Relaxed);
                 }
-                if done {
-                    let record = &segment.records[0];
-                    acknowledged.insert(record.uri.to_string(), record.source_hash.clone());
-                } else {
-                    tally.given_up.fetch_add(1, Ordering::Relaxed);
+                match last {
+                    None => {
+                        let record = &segment.records[0];
+                        acknowledged.insert(record.uri.to_string(), record.source_hash.clone());
+                    }
+                    Some(error) => tally.give_up(format!("index commit {c} of writer {w}: {error}")),
                 }
             }
             acknowledged
@@ -228,12 +252,15 @@ async fn soak(inner: SharedStore, backend: &str, seed: u64) -> Result<(), Vec<St
                     let id = format!("a{a}-m{m}");
                     let body = json!({"id": id, "role": "user", "content": format!("message {m} of appender {a}")});
                     tally.operations.fetch_add(1, Ordering::Relaxed);
-                    let mut done = false;
-                    for _ in 0..RETRIES {
+                    let mut last = None;
+                    for attempt in 0..RETRIES {
+                        if attempt > 0 {
+                            back_off(attempt).await;
+                        }
                         let reply = sessions_post(&app, &format!("{SESSIONS_PATH}/{session}/messages"), &body).await;
                         match reply.status {
                             200 => {
-                                done = true;
+                                last = None;
                                 break;
                             }
                             500 => {
@@ -242,12 +269,12 @@ async fn soak(inner: SharedStore, backend: &str, seed: u64) -> Result<(), Vec<St
                             }
                             _ => {}
                         }
+                        last = Some(format!("{} {}", reply.status, reply.text));
                         tally.retries.fetch_add(1, Ordering::Relaxed);
                     }
-                    if done {
-                        acknowledged.push((session, id));
-                    } else {
-                        tally.given_up.fetch_add(1, Ordering::Relaxed);
+                    match last {
+                        None => acknowledged.push((session, id)),
+                        Some(answer) => tally.give_up(format!("append of {id} to session {session}: {answer}")),
                     }
                 }
                 acknowledged
@@ -311,16 +338,23 @@ async fn soak(inner: SharedStore, backend: &str, seed: u64) -> Result<(), Vec<St
                         }
                     }
                     tally.operations.fetch_add(1, Ordering::Relaxed);
-                    let mut done = false;
-                    for _ in 0..RETRIES {
-                        if apply(&app, &batch).await.is_ok() {
-                            done = true;
-                            break;
+                    let mut last = None;
+                    for attempt in 0..RETRIES {
+                        if attempt > 0 {
+                            back_off(attempt).await;
+                        }
+                        match apply(&app, &batch).await {
+                            Ok(_) => {
+                                last = None;
+                                break;
+                            }
+                            Err(e) => last = Some(e.to_string()),
                         }
                         tally.retries.fetch_add(1, Ordering::Relaxed);
                     }
-                    if !done {
-                        tally.given_up.fetch_add(1, Ordering::Relaxed);
+                    if let Some(error) = last {
+                        let keys: Vec<&str> = batch.iter().map(|c| c.key.as_str()).collect();
+                        tally.give_up(format!("indexer batch {keys:?}: {error}"));
                     }
                 }
             })
@@ -337,13 +371,16 @@ async fn soak(inner: SharedStore, backend: &str, seed: u64) -> Result<(), Vec<St
                 let session = if c % 2 == 0 { "shared".to_owned() } else { format!("own-{}", c % APPENDERS) };
                 let path = format!("{SESSIONS_PATH}/{session}/commit");
                 tally.operations.fetch_add(1, Ordering::Relaxed);
-                let mut done = false;
-                for _ in 0..COMMIT_RETRIES {
+                let mut last = None;
+                for attempt in 0..COMMIT_RETRIES {
+                    if attempt > 0 {
+                        back_off(attempt).await;
+                    }
                     let reply = sessions_post(&app, &path, &json!({})).await;
                     match reply.status {
                         // A session no message has reached yet.
                         200 | 404 => {
-                            done = true;
+                            last = None;
                             break;
                         }
                         500 => {
@@ -352,10 +389,11 @@ async fn soak(inner: SharedStore, backend: &str, seed: u64) -> Result<(), Vec<St
                         }
                         _ => {}
                     }
+                    last = Some(format!("{} {}", reply.status, reply.text));
                     tally.retries.fetch_add(1, Ordering::Relaxed);
                 }
-                if !done {
-                    tally.given_up.fetch_add(1, Ordering::Relaxed);
+                if let Some(answer) = last {
+                    tally.give_up(format!("commit {c} of session {session}: {answer}"));
                 }
             }
         })
@@ -423,11 +461,10 @@ async fn soak(inner: SharedStore, backend: &str, seed: u64) -> Result<(), Vec<St
     if injected.len() <= 20 {
         lost.push(format!("the soak injected only {} faults", injected.len()));
     }
-    let (given_up, server_errors) =
-        (tally.given_up.load(Ordering::Relaxed), tally.server_errors.load(Ordering::Relaxed));
-    if given_up > 0 {
-        lost.push(format!("{given_up} operations were never acknowledged"));
-    }
+    let given_up = tally.given_up.lock().map(|g| g.clone()).unwrap_or_default();
+    let server_errors = tally.server_errors.load(Ordering::Relaxed);
+    lost.extend(given_up.iter().map(|op| format!("never acknowledged: {op}")));
+    let given_up = given_up.len();
     if server_errors > 0 {
         lost.push(format!("{server_errors} requests answered 500"));
     }
