@@ -171,6 +171,16 @@ impl Iterator for Flags {
     }
 }
 
+/// The value of `flag`, a number from 0 to 1 (a relevance bar); aborts the
+/// bench with the flag's name otherwise.
+pub fn fraction(flags: &mut Flags, flag: &str) -> f64 {
+    let text = flags.value(flag).unwrap_or_else(|e| fail(flag, e));
+    match text.parse::<f64>() {
+        Ok(x) if (0.0..=1.0).contains(&x) => x,
+        _ => fail(flag, format!("{text:?} is not a number from 0 to 1")),
+    }
+}
+
 /// `text`, the value of `flag`, as a whole number; `_` may separate digits.
 ///
 /// # Errors

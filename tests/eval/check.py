@@ -18,15 +18,24 @@ questions asked about it later:
       "questions": [
         {"id": "q001", "question": "...", "answer": "...",
          "evidence": ["s03-m012", ...],       # the messages that hold the answer
-         "kind": "fact" | "update" | "temporal" | "multi_session" | "preference" | "detail"},
+         "kind": "fact" | "update" | "temporal" | "multi_session" | "preference" | "detail"
+                 | "unanswerable"},
         ...]
     }
 
+An `unanswerable` question is one the user could plausibly ask later, close
+to the conversation's people, places and topics, but which nothing said in
+the conversation answers (a relative never named, a price never given, an
+event never described). It has `"answer": ""` and `"evidence": []`.
+
 Rules checked: ids unique; message ids are `{session}-m{NNN}`; times are RFC
-3339 with an offset and never go back within the file; every evidence id
-names a message; at least 8 sessions, 300 messages and 200 questions; every
-kind present; an `update` question has evidence in two sessions or more, and
-so has a `multi_session` one.
+3339 with an offset and never go back within the file; every question has a
+text; every question of another kind has an answer and at least one evidence
+id, and every evidence id names a message; an `unanswerable` question has an
+empty answer and empty evidence; at least 8 sessions, 300 messages and 200
+questions, of which at least 25 are `unanswerable`; every kind present; an
+`update` question has evidence in two sessions or more, and so has a
+`multi_session` one.
 """
 
 import json
@@ -35,7 +44,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-KINDS = {"fact", "update", "temporal", "multi_session", "preference", "detail"}
+KINDS = {"fact", "update", "temporal", "multi_session", "preference", "detail", "unanswerable"}
+MIN_UNANSWERABLE = 25
 TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(Z|[+-]\d{2}:\d{2})$")
 
 
@@ -77,19 +87,31 @@ def check(path):
     questions = data.get("questions", [])
     ids = set()
     kinds = set()
+    unanswerable = 0
     for q in questions:
         qid = q.get("id")
         if qid in ids:
             errors.append(f"question {qid} twice")
         ids.add(qid)
-        for field in ("question", "answer"):
-            if not isinstance(q.get(field), str) or not q[field].strip():
-                errors.append(f"{qid}: empty {field}")
+        if not isinstance(q.get("question"), str) or not q["question"].strip():
+            errors.append(f"{qid}: empty question")
         kind = q.get("kind")
         kinds.add(kind)
         if kind not in KINDS:
             errors.append(f"{qid}: kind {kind!r}")
-        evidence = q.get("evidence") or []
+        evidence = q.get("evidence")
+        if not isinstance(evidence, list):
+            errors.append(f"{qid}: evidence is not a list")
+            evidence = []
+        if kind == "unanswerable":
+            unanswerable += 1
+            if q.get("answer") != "":
+                errors.append(f"{qid}: an unanswerable question has answer {q.get('answer')!r}, not \"\"")
+            if evidence:
+                errors.append(f"{qid}: an unanswerable question has evidence {evidence}")
+            continue
+        if not isinstance(q.get("answer"), str) or not q["answer"].strip():
+            errors.append(f"{qid}: empty answer")
         if not evidence:
             errors.append(f"{qid}: no evidence")
         missing = [e for e in evidence if e not in messages]
@@ -103,6 +125,8 @@ def check(path):
         errors.append(f"{len(messages)} messages, fewer than 300")
     if len(questions) < 200:
         errors.append(f"{len(questions)} questions, fewer than 200")
+    if unanswerable < MIN_UNANSWERABLE:
+        errors.append(f"{unanswerable} unanswerable questions, fewer than {MIN_UNANSWERABLE}")
     if KINDS - kinds:
         errors.append(f"no question of kind {sorted(KINDS - kinds)}")
     return errors, len(sessions), len(messages), len(questions)

@@ -24,6 +24,14 @@
 //! terms, so CJK-aware) ranks the windows, its top 10 are its `find`, and
 //! its best windows packed whole, best first, until the budget is spent
 //! are its block. Nothing here is tuned on these questions: they measure.
+//!
+//! Questions of kind `unanswerable` (no evidence: nothing said answers
+//! them) are scored apart: whether their 1600-token block holds at most
+//! one entry. `--gap` and `--floor` set the relevance bars
+//! (`retrieval.relevance_gap`, `retrieval.relevance_floor`). With
+//! `SKALD_SHOW_BLOCKS=1`, `--show-misses` prints each missed block;
+//! `SKALD_DUMP_SCORES=FILE` appends every question's top 40 hits (score,
+//! evidence held) as JSON lines, the data the bars are calibrated on.
 // A benchmark reports on stdout by design.
 #![allow(clippy::print_stdout)]
 
@@ -39,7 +47,7 @@ use skald::memory::episodes::episodes;
 use skald::sessions::{SessionId, StoredMessage};
 use skald_bench::{Flags, TempStore, block_on, embedder, event, fail, parse_body, percentile, repo, sorted};
 
-const USAGE: &str = "usage: bench_conversations [--only NAME] [--hashed] [--show-misses N] [--episode-messages N] [--episode-tokens N] [--limit N] [--search-type semantic|keywords|hybrid] [--model-stub]";
+const USAGE: &str = "usage: bench_conversations [--only NAME] [--hashed] [--show-misses N] [--episode-messages N] [--episode-tokens N] [--limit N] [--search-type semantic|keywords|hybrid] [--model-stub] [--gap X] [--floor X]";
 
 #[derive(Debug, Deserialize)]
 struct Conversation {
@@ -113,6 +121,10 @@ struct Results {
     prompt_tokens: u64,
     episodes: usize,
     block_tokens: Vec<u64>,
+    /// Questions nothing said answers, and how many of them got a
+    /// 1600-token block of at most one entry.
+    unanswerable: usize,
+    quiet: usize,
 }
 
 fn main() {
@@ -122,6 +134,7 @@ fn main() {
     let mut limit = None;
     let mut stub = false;
     let mut search_type: Option<String> = None;
+    let mut retrieval = skald::config::RetrievalConfig::default();
     while let Some(flag) = flags.next() {
         match flag.as_str() {
             "--only" => only = Some(flags.value(&flag).unwrap_or_else(|e| fail("--only", e))),
@@ -132,6 +145,8 @@ fn main() {
             }
             "--limit" => limit = Some(flags.at_least(&flag, 1).unwrap_or_else(|e| fail("--limit", e))),
             "--model-stub" => stub = true,
+            "--gap" => retrieval.relevance_gap = skald_bench::fraction(&mut flags, &flag),
+            "--floor" => retrieval.relevance_floor = Some(skald_bench::fraction(&mut flags, &flag)),
             "--search-type" => {
                 let kind = flags.value(&flag).unwrap_or_else(|e| fail("--search-type", e));
                 if skald::index::SearchKind::parse(&kind).is_none() {
@@ -177,7 +192,7 @@ fn main() {
             &conversation,
             Arc::clone(&embedder),
             &memory,
-            Asking { limit, search_type: search_type.clone(), show },
+            Asking { limit, search_type: search_type.clone(), show, retrieval: retrieval.clone() },
             stub,
         ));
         println!(
@@ -203,6 +218,8 @@ fn main() {
         total.prompt_tokens += results.prompt_tokens;
         total.episodes += results.episodes;
         total.block_tokens.extend(&results.block_tokens);
+        total.unanswerable += results.unanswerable;
+        total.quiet += results.quiet;
     }
     println!();
     println!("evidence held: all of it (at least one), per conversation");
@@ -234,6 +251,11 @@ fn main() {
             get("bm25 top 10").cell()
         );
     }
+    println!(
+        "  unanswerable   n={:<4} a 1600-token block of at most one entry: {:.1}% (BM25's packed windows: never, they always match a word)",
+        total.unanswerable,
+        100.0 * total.quiet as f64 / total.unanswerable.max(1) as f64
+    );
     let commits = sorted(total.commits.iter().map(Duration::as_secs_f64));
     let tokens = sorted(total.block_tokens.iter().copied());
     println!();
@@ -267,6 +289,8 @@ struct Asking {
     limit: Option<usize>,
     search_type: Option<String>,
     show: usize,
+    /// The relevance bars.
+    retrieval: skald::config::RetrievalConfig,
 }
 
 /// Feeds `conversation` in and asks every question.
@@ -277,7 +301,7 @@ async fn evaluate(
     asking: Asking,
     stub: bool,
 ) -> Results {
-    let Asking { limit, search_type, show } = asking;
+    let Asking { limit, search_type, show, retrieval } = asking;
     let temp = TempStore::open(&format!("skald-bench-conversations-{}", conversation.name));
     // With --model-stub, commits extract memories through a local model
     // stand-in (one memory per user message): what extraction costs in
@@ -285,6 +309,7 @@ async fn evaluate(
     let model = if stub { Some(skald_tests::model_server::ModelServer::start().await) } else { None };
     let mut config = skald_bench::dev_config();
     config.memory = memory.clone();
+    config.retrieval = retrieval;
     config.extraction = model.as_ref().map(|m| m.openai_model("stub"));
     let app = skald::app::App::with_parts(config, temp.store().clone(), embedder);
     let mut results = Results::default();
@@ -332,6 +357,20 @@ async fn evaluate(
     let mut file_texts: HashMap<String, String> = HashMap::new();
     let mut misses = 0;
     for q in &conversation.questions {
+        if q.evidence.is_empty() {
+            // Nothing said answers it: the block should stay (nearly) empty.
+            let mut body = json!({"query": q.question, "mode": "context", "max_tokens": 1600});
+            if let Some(kind) = &search_type {
+                body["search_type"] = json!(kind);
+            }
+            let (status, reply) = call(&app, "POST", "/api/v1/search/search", Some(&body)).await;
+            if status != 200 {
+                fail("search", format!("{}: {status} {reply}", q.id));
+            }
+            results.unanswerable += 1;
+            results.quiet += usize::from(reply["result"]["entries"].as_array().is_none_or(|e| e.len() <= 1));
+            continue;
+        }
         let wanted: Vec<&String> = q.evidence.iter().filter_map(|e| texts.get(e.as_str())).collect();
         let held = |text: &str| wanted.iter().filter(|w| text.contains(w.as_str())).count();
         let mut score = |way: &'static str, found: usize| {
@@ -339,6 +378,7 @@ async fn evaluate(
             results.by_kind.entry((q.kind.clone(), way)).or_default().add(found, wanted.len());
         };
         let mut block_1600 = String::new();
+        let mut raw_1600 = String::new();
         for (budget, way) in [(400, "block 400"), (1600, "block 1600")] {
             let mut body = json!({"query": q.question, "mode": "context", "max_tokens": budget});
             if let Some(limit) = limit {
@@ -354,6 +394,7 @@ async fn evaluate(
             let rendered = normal(&unescape(reply["result"]["rendered"].as_str().unwrap_or_default()));
             score(way, held(&rendered));
             if budget == 1600 {
+                raw_1600 = unescape(reply["result"]["rendered"].as_str().unwrap_or_default());
                 results.block_tokens.push(reply["result"]["stats"]["used_tokens"].as_u64().unwrap_or(0));
                 block_1600 = rendered;
             }
@@ -380,6 +421,20 @@ async fn evaluate(
             hits.push('\n');
         }
         score("find 10", held(&hits));
+        if let Some(path) = std::env::var_os("SKALD_DUMP_SCORES") {
+            let body =
+                json!({"query": q.question, "limit": 40, "search_type": search_type.as_deref().unwrap_or("hybrid")});
+            let (_, reply) = call(&app, "POST", "/api/v1/search/find", Some(&body)).await;
+            let mut rows = Vec::new();
+            for hit in reply["result"]["memories"].as_array().cloned().unwrap_or_default() {
+                let uri = hit["uri"].as_str().unwrap_or_default().to_owned();
+                let text = read_uri(&temp, &uri).await;
+                rows.push(json!({"score": hit["score"], "evidence": held(&text)}));
+            }
+            let line = json!({"conversation": conversation.name, "q": q.id, "kind": q.kind, "wanted": wanted.len(), "hits": rows});
+            let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).expect("dump file");
+            std::io::Write::write_all(&mut file, format!("{line}\n").as_bytes()).expect("dump");
+        }
         let ranked = bm25.rank(&q.question);
         let top: String = ranked.iter().take(10).map(|&i| normal(&windows[i])).collect::<Vec<_>>().join("\n");
         score("bm25 top 10", held(&top));
@@ -389,6 +444,9 @@ async fn evaluate(
         if misses < show && held(&block_1600) < wanted.len() {
             misses += 1;
             println!("  miss {} [{}] {} -> evidence {:?}", q.id, q.kind, q.question, q.evidence);
+            if std::env::var_os("SKALD_SHOW_BLOCKS").is_some() {
+                println!("{raw_1600}");
+            }
         }
     }
     if let Some(model) = &model {
