@@ -563,6 +563,15 @@ pub struct RetrievalConfig {
     /// built-in preset, any other name adds one that requests may send as
     /// `purpose`. Default: none (the built-in `chat` and `coding` only).
     pub purpose_profiles: BTreeMap<String, PurposeProfileConfig>,
+    /// Context mode's relative relevance bar: a candidate that ranks more
+    /// than this below the best one is not injected. In `[0, 1]`; 1 keeps
+    /// every candidate. Default 0.1 (`crate::assemble::relevance`).
+    pub relevance_gap: f64,
+    /// Context mode's absolute relevance bar on semantic and hybrid
+    /// scores: candidates below it are not injected, so a query nothing
+    /// answers gets an empty block. In `[0, 1]`; 0 turns it off. Default:
+    /// the embedder's own (0.62 for USE-m3, none for others).
+    pub relevance_floor: Option<f64>,
 }
 
 /// One configured purpose preset (`retrieval.purpose_profiles.<name>`).
@@ -623,6 +632,8 @@ impl Default for RetrievalConfig {
             stage_reserve_ms: 1_000,
             enable_intent: true,
             purpose_profiles: BTreeMap::new(),
+            relevance_gap: crate::assemble::relevance::DEFAULT_GAP,
+            relevance_floor: None,
         }
     }
 }
@@ -654,6 +665,18 @@ impl Config {
                 return Err(ConfigError::Invalid {
                     path: origin.to_owned(),
                     message: format!("{key} must be a positive number of seconds, not {value}"),
+                });
+            }
+        }
+        for (key, value) in
+            [("retrieval.relevance_gap", Some(r.relevance_gap)), ("retrieval.relevance_floor", r.relevance_floor)]
+        {
+            if let Some(value) = value
+                && !(0.0..=1.0).contains(&value)
+            {
+                return Err(ConfigError::Invalid {
+                    path: origin.to_owned(),
+                    message: format!("{key} must be a number from 0 to 1, not {value}"),
                 });
             }
         }

@@ -202,6 +202,10 @@ pub async fn app_with_config(files: &[(&str, &str)], edit: impl FnOnce(&mut Conf
         identity: IdentityConfig { mode: IdentityMode::Dev, ..IdentityConfig::default() },
         ..Config::default()
     };
+    // The hashed embedder's scores say little about relevance: the
+    // corpora's tests of the assembly line see every candidate, and the
+    // relevance cut has tests of its own (they set it back).
+    config.retrieval.relevance_gap = 1.0;
     edit(&mut config);
     let app = build_app(config, store, embedder);
     ingest_tree(&app, dirs.source.path()).await;

@@ -237,6 +237,10 @@ fn parse_context(body: &mut Body, request: &mut SearchRequest, profiles: &BTreeM
     if let Some(n) = body.int("max_tokens", Some(MIN_MAX_TOKENS as i64), Some(MAX_MAX_TOKENS as i64)) {
         p.max_tokens = usize::try_from(n).unwrap_or(MIN_MAX_TOKENS);
     }
+    // Without a `limit`, the budget sizes the block.
+    if !common.limit_sent {
+        p.limit = crate::assemble::params::context_depth(p.max_tokens);
+    }
     let quotas = parse_quotas(body);
     if let Some(name) = body.literal("purpose", &purpose_names(profiles)) {
         apply_purpose(p, name, profiles);

@@ -33,13 +33,11 @@ pub struct Gathered {
     pub index: Option<IndexStats>,
 }
 
-impl Gathered {
-    /// Candidates per origin, as `stats.origins`.
-    #[must_use]
-    pub fn origins(&self) -> Origins {
-        let count = |o: Origin| self.candidates.iter().filter(|c| c.origin == o).count();
-        Origins { actor_peer: count(Origin::ActorPeer), own: count(Origin::Own), other_peer: count(Origin::OtherPeer) }
-    }
+/// Candidates per origin, as `stats.origins`.
+#[must_use]
+pub fn origins_of(candidates: &[Candidate]) -> Origins {
+    let count = |o: Origin| candidates.iter().filter(|c| c.origin == o).count();
+    Origins { actor_peer: count(Origin::ActorPeer), own: count(Origin::Own), other_peer: count(Origin::OtherPeer) }
 }
 
 fn uri(text: &str) -> VikingUri {

@@ -21,6 +21,7 @@ pub mod gather;
 pub mod params;
 pub mod plan;
 pub mod read;
+pub mod relevance;
 pub mod render;
 
 use candidate::Candidate;
@@ -168,8 +169,10 @@ pub struct AssemblyStats {
     /// Hits per search (`all` in flat retrieval, else per bucket), before
     /// quotas or limit.
     pub searched: Named<usize>,
-    /// Candidates kept for the planner.
+    /// Candidates kept for the planner (after the relevance cut).
     pub candidates: usize,
+    /// What the relevance cut left out, and why a block is empty.
+    pub relevance: relevance::CutStats,
     /// Hits left out by `exclude_uris` or the ledger.
     pub excluded: usize,
     /// Candidates per origin.
@@ -307,14 +310,24 @@ async fn assemble_with(
     index: &AccountIndex,
     vectors: Result<Vec<Vec<f32>>, EmbedError>,
 ) -> Result<Assembled, RetrievalError> {
-    let gathered = if index.is_empty() || params.queries.is_empty() {
+    let mut gathered = if index.is_empty() || params.queries.is_empty() {
         gather::Gathered::default()
     } else {
         let texts: Vec<&str> = params.queries.iter().map(String::as_str).collect();
         let vectors = crate::find::vectors_for(app, index, &texts, vectors?).await?;
         gather::gather(index, identity, params, &vectors, exclusion).await?
     };
-    let candidates = &gathered.candidates;
+    let cut = relevance::RelevanceCut::for_kind(
+        params.search_kind,
+        (app.config.retrieval.relevance_gap < 1.0).then_some(app.config.retrieval.relevance_gap),
+        app.config
+            .retrieval
+            .relevance_floor
+            .or_else(|| relevance::default_floor(app.embedder.id()))
+            .filter(|floor| *floor > 0.0),
+    );
+    let (candidates, cut_stats) = relevance::apply(std::mem::take(&mut gathered.candidates), &cut);
+    let candidates = &candidates;
     let planned = plan::plan(
         candidates,
         &plan::PlanRequest {
@@ -341,8 +354,9 @@ async fn assemble_with(
     let stats = AssemblyStats {
         searched: gathered.searched.clone(),
         candidates: candidates.len(),
+        relevance: cut_stats,
         excluded: gathered.excluded,
-        origins: gathered.origins(),
+        origins: gather::origins_of(candidates),
         peer_scope: params.peer_scope,
         quotas: params.quotas.clone(),
         max_tokens: params.max_tokens,

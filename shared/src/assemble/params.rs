@@ -216,12 +216,22 @@ pub fn default_penalties() -> BTreeMap<Category, f64> {
     .collect()
 }
 
+/// The candidates context mode plans from when a request names no
+/// `limit`: enough to fill `max_tokens` with short entries (one per 40
+/// tokens), at least 10, at most 100 — 40 at the default 1600 tokens. The
+/// relevance cut and the budget, not a count, then end the block.
+#[must_use]
+pub fn context_depth(max_tokens: usize) -> usize {
+    (max_tokens / 40).clamp(10, 100)
+}
+
 /// Everything context mode needs, validated, with defaults applied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AssembleParams {
     /// The query (and, once expanded, the planned queries after it).
     pub queries: Vec<String>,
-    /// Flat mode: entries wanted (default 10).
+    /// Flat mode: the most candidates (default 10; context mode without a
+    /// `limit` in the request: [`context_depth`]).
     pub limit: usize,
     /// Hits must score strictly above this (default 0.1).
     pub score_threshold: f64,

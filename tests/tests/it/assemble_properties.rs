@@ -253,9 +253,14 @@ fn priced_body(c: &Candidate, tier: Tier, body: usize, truncated: bool) -> usize
     (envelope_quarters(&EntryView { truncated, ..view(c, tier, "") }) + 4 * body).div_ceil(4)
 }
 
-/// The floor tier of an automatic entry: its abstract, else the
-/// shallowest deeper tier with text within its ceiling.
+/// The floor tier of an automatic entry: a short memory file's body, its
+/// abstract, else the shallowest deeper tier with text within its ceiling.
 fn floor_tier(c: &Candidate) -> Option<Tier> {
+    // A memory file at most `WHOLE_FACTOR` times its abstract: whole.
+    let short = c.full_tokens.is_some_and(|f| f64::from(f) <= plan::WHOLE_FACTOR * f64::from(c.abstract_tokens));
+    if plan::ceiling(c) == Tier::Full && c.abstract_tokens > 0 && short {
+        return Some(Tier::Full);
+    }
     [Tier::Abstract, Tier::Overview, Tier::Full]
         .into_iter()
         .find(|t| *t <= plan::ceiling(c) && planned_body(c, *t).is_some())

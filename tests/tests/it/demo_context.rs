@@ -51,11 +51,13 @@ pub(crate) async fn context(app: &Arc<App>, query: &str, max_tokens: usize) -> V
     ok(&reply).clone()
 }
 
-const CAT: [&str; 3] = [
+const CAT: [&str; 2] = [
     "viking://user/default/memories/entities/pets/niangao.md",
     "viking://user/default/memories/events/2026/09/29/niangao_vet_visit.md",
-    "viking://user/default/memories/preferences/default/food.md",
 ];
+
+/// The user's own diet: not what the cat eats.
+const USER_DIET: &str = "viking://user/default/memories/preferences/default/food.md";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cat_question_at_300_tokens_serves_its_memories_with_text() {
@@ -69,6 +71,9 @@ async fn the_cat_question_at_300_tokens_serves_its_memories_with_text() {
         assert_ne!(e["detail"], "uri", "{uri} is a bare uri: {rendered}");
         assert_ne!(e["text"], "", "{uri}: {rendered}");
     }
+    // The relevance cut leaves out what is far below the cat memories.
+    assert!(entries.iter().all(|e| e["uri"] != USER_DIET), "the user's diet is not the cat's: {rendered}");
+    assert!(result["stats"]["relevance"]["cut"].as_u64().is_some_and(|n| n > 0), "{}", result["stats"]);
     // No entry is bare while a lower-ranked one carries text.
     let bare = entries.iter().position(|e| e["detail"] == "uri").unwrap_or(entries.len());
     assert!(entries[bare..].iter().all(|e| e["detail"] == "uri"), "{rendered}");
@@ -78,4 +83,30 @@ async fn the_cat_question_at_300_tokens_serves_its_memories_with_text() {
         assert_eq!(p.truncated, e["truncated"] == true, "{rendered}");
     }
     super::golden::compare_golden("demo_cat_300", rendered);
+}
+
+/// A prompt about nothing the memory holds gets an empty block, and the
+/// stats say why; `find` still lists what matched best.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_about_nothing_the_memory_holds_gets_an_empty_block() {
+    let (app, _dir) = demo_app().await;
+    for query in
+        ["What is the boiling point of tungsten?", "怎么给山地自行车换内胎", "Quelle est la capitale du Pérou ?"]
+    {
+        let result = context(&app, query, 1600).await;
+        let relevance = &result["stats"]["relevance"];
+        assert_eq!(result["entries"].as_array().map(Vec::len), Some(0), "{query}: {:#}", result["rendered"]);
+        assert_eq!(result["rendered"], "", "{query}");
+        let why = relevance["empty"].as_str().unwrap_or_else(|| panic!("{query}: no reason in {relevance}"));
+        assert!(why.contains("relevance floor"), "{query}: {why}");
+        assert!(relevance["best"].as_f64().is_some_and(|b| b < relevance["floor"].as_f64().unwrap_or(0.0)));
+        let found = search_reply(&app, &json!({"query": query, "limit": 3})).await;
+        let hits = ok(&found)["resources"].as_array().map_or(0, Vec::len)
+            + ok(&found)["memories"].as_array().map_or(0, Vec::len);
+        assert!(hits > 0, "{query}: find still lists matches: {}", found.text);
+    }
+    // A question the memory answers is not cut to nothing.
+    let result = context(&app, "what does my cat eat", 1600).await;
+    assert!(result["entries"].as_array().is_some_and(|e| !e.is_empty()), "{}", result["stats"]);
+    assert!(result["stats"]["relevance"].get("empty").is_none(), "{}", result["stats"]);
 }

@@ -2226,6 +2226,13 @@ fn context_result(full: bool) -> skald::pipeline::ContextResult {
     let assembly = AssemblyStats {
         searched: Named(vec![("events", 3), ("resources", 2)]),
         candidates: 5,
+        relevance: skald::assemble::relevance::CutStats {
+            gap: Some(0.15),
+            floor: full.then_some(0.55),
+            best: Some(0.71),
+            cut: 2,
+            empty: some("nothing relevant"),
+        },
         excluded: 1,
         origins: Origins { actor_peer: 1, own: 3, other_peer: 1 },
         peer_scope: PeerScope::All,

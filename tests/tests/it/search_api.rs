@@ -582,11 +582,15 @@ async fn context_mode_has_the_reference_shape_and_stats() {
 }
 
 #[tokio::test]
-async fn the_default_limit_is_ten_and_limit_is_respected() {
+async fn without_a_limit_the_budget_sizes_the_block_and_limit_is_respected() {
     let (app, _dirs) = ctx_app().await;
+    // The default budget's depth (40 candidates) holds every visible node.
     let result = context(&app, &ctx_body(&json!({}))).await;
-    assert_eq!(entries(&result).len(), 10, "{result:#}");
-    assert_eq!(stat(&result, "candidates"), 10);
+    assert_eq!(entries(&result).len(), VISIBLE_NODES, "{result:#}");
+    assert_eq!(stat(&result, "candidates"), VISIBLE_NODES as u64);
+    // The smallest budget's depth is 10 candidates.
+    let result = context(&app, &ctx_body(&json!({"max_tokens": 64}))).await;
+    assert_eq!(stat(&result, "candidates"), 10, "{}", result["stats"]);
     for limit in [1, 2, 3, 5, 8, 12, 13] {
         let result = context(&app, &ctx_body(&json!({"limit": limit}))).await;
         assert_eq!(entries(&result).len(), limit, "limit {limit}: {:?}", uris(&result));
@@ -616,8 +620,8 @@ async fn limit_and_quotas_count_nodes_not_a_directorys_two_records() {
         }
     }
     let result = context(&app, &ctx_body(&json!({"peer_scope": "actor"}))).await;
-    if entries(&result).len() != 10 {
-        short.push(format!("default limit: {} entries", entries(&result).len()));
+    if entries(&result).len() != own_nodes {
+        short.push(format!("no limit (the budget's depth): {} entries", entries(&result).len()));
     }
     // Three resource nodes: the runbook, the runbooks directory, the note.
     let result = context(&app, &ctx_body(&json!({"quotas": {"resources": 3}, "peer_scope": "actor"}))).await;
@@ -1048,7 +1052,10 @@ async fn a_big_budget_serves_memories_full_directories_at_overview_and_resources
     assert_eq!(stat(&result, "bytes_read"), bytes, "bytes_read is the size of the objects read");
     let fill = &result["stats"]["fill"];
     assert_eq!(fill["overview_upgrades"], 1, "{fill}");
-    assert_eq!(count(fill, "full_upgrades"), entries(&result).iter().filter(|e| e["detail"] == "full").count() as u64);
+    // The corpus's memories are short: whole from the first round, not
+    // lifted by an upgrade.
+    assert_eq!(entries(&result).iter().filter(|e| e["detail"] == "full").count(), MEMORY_FILES.len());
+    assert_eq!(fill["full_upgrades"], 0, "{fill}");
     assert_eq!(fill["spare_upgrades"], 0, "nothing past a cap of {}", result["stats"]["per_entry_cap"]);
 }
 
@@ -1212,20 +1219,53 @@ async fn a_pinned_full_detail_places_each_entry_at_full_or_drops_it() {
     assert!(entries(&result).iter().all(|e| e["detail"] != "uri" && e["detail"] != "full"), "{result:#}");
 }
 
+/// Two event memories whose bodies are long next to their abstracts (the
+/// corpus's own memories are one or two lines: short enough to show whole
+/// from the first round).
+const LONG_EVENTS: [(&str, &str); 2] = [
+    (
+        "user/default/memories/events/2025/07/01/upgrade-retro.md",
+        "# Summary\nRetro of the kubernetes cluster upgrade to 1.30.\n\n# Details\nThe drain of the upgrade took \
+         longer than planned because three pods had no disruption budget. We paused the upgrade, wrote the budgets, \
+         resumed, and the control plane upgraded cleanly. Next time: check disruption budgets a week before, snapshot \
+         etcd, upgrade staging first, keep the rollback steps open in a second terminal, and post in the channel \
+         before each node drains. The whole cluster upgrade took four hours instead of two, mostly waiting on the \
+         drains; nobody was paged and no customer noticed.\n",
+    ),
+    (
+        "user/default/memories/events/2025/08/15/upgrade-dry-run.md",
+        "# Summary\nDry run of the next kubernetes cluster upgrade on staging.\n\n# Details\nThe dry run of the \
+         cluster upgrade on staging found a deprecated API in two charts and an admission webhook that rejected the \
+         new kubelet version. Both were fixed the same day. The drain order now goes by node pool, ingress nodes \
+         last, and the upgrade checklist gained a line for webhooks. The dry run took ninety minutes end to end, and \
+         the team agreed to run one before every minor version from now on, with the results posted in the channel.\n",
+    ),
+];
+
 #[tokio::test]
 async fn a_moderate_budget_goes_breadth_first() {
-    let (app, _dirs) = ctx_app().await;
+    let mut corpus = CONTEXT_CORPUS.to_vec();
+    corpus.extend(LONG_EVENTS);
+    let (app, _dirs) = app_with_corpus(&corpus, true).await;
     let full = context(&app, &ctx_body(&json!({"limit": 100, "max_tokens": 32000}))).await;
     let needed = stat(&full, "used_tokens");
     let floor = count(&full["stats"]["fill"], "floor_tokens");
+    assert!(needed > floor, "the long events deepen past their floor: {}", full["stats"]);
     // Room for every entry at its floor but not for every upgrade.
     let max_tokens = (floor + needed) / 2;
     let result = context(&app, &ctx_body(&json!({"limit": 100, "max_tokens": max_tokens}))).await;
-    assert_eq!(entries(&result).len(), VISIBLE_NODES, "every entry is shown before any deepens: {result:#}");
+    assert_eq!(entries(&result).len(), VISIBLE_NODES + 2, "every entry is shown before any deepens: {result:#}");
     assert_eq!(count(&result["stats"], "dropped"), 0);
     assert!(entries(&result).iter().all(|e| e["detail"] != "uri"), "{result:#}");
-    let deep = entries(&result).iter().filter(|e| e["detail"] == "full").count();
-    assert!(deep > 0 && deep < MEMORY_FILES.len(), "some, not all, memories reach full: {deep}");
+    // The short memories are whole from the first round; of the long
+    // ones, at most the better one deepens.
+    for uri in MEMORY_FILES {
+        assert_eq!(entry(&result, uri)["detail"], "full", "{uri}: {result:#}");
+    }
+    let long: Vec<&Value> = LONG_EVENTS.iter().map(|(path, _)| entry(&result, &format!("viking://{path}"))).collect();
+    let deep = long.iter().filter(|e| e["detail"] == "full").count();
+    assert!(deep < long.len(), "not every long memory reaches full at {max_tokens} tokens: {result:#}");
+    assert!(long.iter().all(|e| e["detail"] == "full" || e["detail"] == "abstract"), "{result:#}");
 }
 
 #[tokio::test]
