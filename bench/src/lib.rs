@@ -27,6 +27,7 @@
 //!   in-process S3-protocol server over any store (GET, HEAD, one-page
 //!   LIST, conditional PUT); both are hyper servers.
 //! - Synthetic data: [`Rng`] (SplitMix64).
+//! - The evaluations: [`eval`] (the BM25 baseline, text normalisation).
 //!
 //! Everything here aborts the bench through [`fail`] on an error: a bench
 //! has nothing to recover.
@@ -52,6 +53,7 @@ use skald::store::local::LocalStore;
 use skald_tests::fixture::ACCOUNT;
 use skald_tests::moto;
 
+pub mod eval;
 mod proxy;
 mod s3_server;
 

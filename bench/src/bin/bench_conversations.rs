@@ -45,6 +45,7 @@ use serde_json::{Value, json};
 use skald::app::App;
 use skald::memory::episodes::episodes;
 use skald::sessions::{SessionId, StoredMessage};
+use skald_bench::eval::{Bm25, normal, unescape};
 use skald_bench::{Flags, TempStore, block_on, embedder, event, fail, parse_body, percentile, repo, sorted};
 
 const USAGE: &str = "usage: bench_conversations [--only NAME] [--hashed] [--show-misses N] [--episode-messages N] [--episode-tokens N] [--limit N] [--search-type semantic|keywords|hybrid] [--model-stub] [--gap X] [--floor X]";
@@ -474,17 +475,6 @@ fn stored(m: &Message, seq: usize) -> StoredMessage {
     }
 }
 
-/// Whitespace collapsed, so a message's text is found however a block
-/// wraps it.
-fn normal(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// The block's XML escapes undone.
-fn unescape(text: &str) -> String {
-    text.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&apos;", "'").replace("&amp;", "&")
-}
-
 /// The file behind `uri` in the bench account's tree, normalised.
 async fn read_uri(temp: &TempStore, uri: &str) -> String {
     let Some(path) = uri.strip_prefix("viking://") else { return String::new() };
@@ -520,64 +510,4 @@ async fn call(app: &App, method: &str, path: &str, body: Option<&Value>) -> (u16
         Box::pin(skald::api::sessions::handle(app, request)).await
     };
     (response.status().as_u16(), parse_body(response.body()))
-}
-
-/// Okapi BM25 over a fixed set of documents.
-struct Bm25 {
-    docs: Vec<HashMap<String, u32>>,
-    lengths: Vec<f64>,
-    df: HashMap<String, usize>,
-    average: f64,
-}
-
-impl Bm25 {
-    fn new(texts: &[String]) -> Self {
-        let mut docs = Vec::with_capacity(texts.len());
-        let mut df: HashMap<String, usize> = HashMap::new();
-        let mut lengths = Vec::with_capacity(texts.len());
-        for text in texts {
-            let mut counts: HashMap<String, u32> = HashMap::new();
-            let mut length = 0u32;
-            skald::index::lexical::for_each_term(text, |t| {
-                *counts.entry(t.to_owned()).or_default() += 1;
-                length += 1;
-            });
-            for term in counts.keys() {
-                *df.entry(term.clone()).or_default() += 1;
-            }
-            lengths.push(f64::from(length));
-            docs.push(counts);
-        }
-        let average = if lengths.is_empty() { 1.0 } else { lengths.iter().sum::<f64>() / lengths.len() as f64 };
-        Self { docs, lengths, df, average: average.max(1.0) }
-    }
-
-    /// Every document with a query term, best first (ties by position).
-    fn rank(&self, query: &str) -> Vec<usize> {
-        let (k1, b) = (1.2, 0.75);
-        let n = self.docs.len() as f64;
-        let mut terms = Vec::new();
-        skald::index::lexical::for_each_term(query, |t| terms.push(t.to_owned()));
-        terms.sort();
-        terms.dedup();
-        let mut scored: Vec<(f64, usize)> = self
-            .docs
-            .iter()
-            .enumerate()
-            .filter_map(|(i, doc)| {
-                let score: f64 = terms
-                    .iter()
-                    .filter_map(|t| {
-                        let tf = f64::from(*doc.get(t)?);
-                        let df = *self.df.get(t)? as f64;
-                        let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
-                        Some(idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * self.lengths[i] / self.average)))
-                    })
-                    .sum();
-                (score > 0.0).then_some((score, i))
-            })
-            .collect();
-        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        scored.into_iter().map(|(_, i)| i).collect()
-    }
 }

@@ -43,7 +43,7 @@
 // A benchmark reports on stdout by design.
 #![allow(clippy::print_stdout)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -53,6 +53,7 @@ use serde_json::{Value, json};
 use skald::app::App;
 use skald::embed::Embedder;
 use skald::ingest::{IngestOptions, ingest_dir};
+use skald_bench::eval::{Bm25, normal, unescape};
 use skald_bench::{Flags, TempStore, block_on, embedder, event, fail, parse_body, program, repo};
 use skald_tests::fixture::{FIND_PATH, SEARCH_PATH};
 
@@ -524,21 +525,6 @@ fn file_uri(uri: &str) -> String {
     uri.split_once('#').map_or(uri, |(file, _)| file).to_owned()
 }
 
-/// Whitespace collapsed, so a paragraph is found however a block wraps it.
-fn normal(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// The block's XML escapes undone (`&amp;` last).
-fn unescape(text: &str) -> String {
-    text.replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&quot;", "\"")
-        .replace("&apos;", "'")
-        .replace("&#13;", "\r")
-        .replace("&amp;", "&")
-}
-
 /// The baseline's view of the corpus: every file the demo and the long
 /// documents hold (directory sidecars aside), cut into passages.
 struct Corpus {
@@ -662,66 +648,6 @@ fn split_passages(text: &str) -> Vec<String> {
         passages.push(passage);
     }
     passages
-}
-
-/// Okapi BM25 over a fixed set of documents (as `bench_conversations`).
-struct Bm25 {
-    docs: Vec<HashMap<String, u32>>,
-    lengths: Vec<f64>,
-    df: HashMap<String, usize>,
-    average: f64,
-}
-
-impl Bm25 {
-    fn new(texts: &[&str]) -> Self {
-        let mut docs = Vec::with_capacity(texts.len());
-        let mut df: HashMap<String, usize> = HashMap::new();
-        let mut lengths = Vec::with_capacity(texts.len());
-        for text in texts {
-            let mut counts: HashMap<String, u32> = HashMap::new();
-            let mut length = 0u32;
-            skald::index::lexical::for_each_term(text, |t| {
-                *counts.entry(t.to_owned()).or_default() += 1;
-                length += 1;
-            });
-            for term in counts.keys() {
-                *df.entry(term.clone()).or_default() += 1;
-            }
-            lengths.push(f64::from(length));
-            docs.push(counts);
-        }
-        let average = if lengths.is_empty() { 1.0 } else { lengths.iter().sum::<f64>() / lengths.len() as f64 };
-        Self { docs, lengths, df, average: average.max(1.0) }
-    }
-
-    /// Every document with a query term, best first (ties by position).
-    fn rank(&self, query: &str) -> Vec<usize> {
-        let (k1, b) = (1.2, 0.75);
-        let n = self.docs.len() as f64;
-        let mut terms = Vec::new();
-        skald::index::lexical::for_each_term(query, |t| terms.push(t.to_owned()));
-        terms.sort();
-        terms.dedup();
-        let mut scored: Vec<(f64, usize)> = self
-            .docs
-            .iter()
-            .enumerate()
-            .filter_map(|(i, doc)| {
-                let score: f64 = terms
-                    .iter()
-                    .filter_map(|t| {
-                        let tf = f64::from(*doc.get(t)?);
-                        let df = *self.df.get(t)? as f64;
-                        let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
-                        Some(idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * self.lengths[i] / self.average)))
-                    })
-                    .sum();
-                (score > 0.0).then_some((score, i))
-            })
-            .collect();
-        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        scored.into_iter().map(|(_, i)| i).collect()
-    }
 }
 
 #[cfg(test)]
