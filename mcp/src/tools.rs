@@ -240,7 +240,7 @@ fn build() -> Vec<Tool> {
                 "description": "List mode: search only under these viking:// URIs (one URI as a plain string is accepted too)."
             },
             "session_id": session_id,
-            "limit": { "type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 10, "description": "Most hits (list mode) or entries (context mode, without quotas)." },
+            "limit": { "type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 10, "description": "Most hits (list mode; 10 when not given) or candidates (context mode, without quotas; when not given, the token budget sizes the block and a relevance cut ends it)." },
             "min_score": {
                 "type": "number", "minimum": 0, "maximum": 1,
                 "description": "Lowest relevance score (0 to 1). Default: 0.35 in list mode, 0.1 in context mode."
