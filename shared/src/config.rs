@@ -565,14 +565,20 @@ pub struct RetrievalConfig {
     pub purpose_profiles: BTreeMap<String, PurposeProfileConfig>,
     /// Context mode's relative relevance bar: a candidate that ranks more
     /// than this below the best one is not injected. In `[0, 1]`; 1 keeps
-    /// every candidate. Default 0.1 (`crate::assemble::relevance`).
+    /// every candidate. Default [`DEFAULT_RELEVANCE_GAP`].
     pub relevance_gap: f64,
     /// Context mode's absolute relevance bar on semantic and hybrid
-    /// scores: candidates below it are not injected, so a query nothing
-    /// answers gets an empty block. In `[0, 1]`; 0 turns it off. Default:
-    /// the embedder's own (0.62 for USE-m3, none for others).
+    /// scores, a gate: when even the best candidate scores below it, the
+    /// block is empty (nothing the memory holds is about the prompt). In
+    /// `[0, 1]`; 0 turns it off. Default: the embedder's own (0.60 for
+    /// USE-m3, none for others).
     pub relevance_floor: Option<f64>,
 }
+
+/// `retrieval.relevance_gap`'s default: a candidate more than this below
+/// the best one's rank score is not injected. Calibrated on the
+/// conversational evaluation and the retrieval set (`BENCHMARKS.md`).
+pub const DEFAULT_RELEVANCE_GAP: f64 = 0.15;
 
 /// One configured purpose preset (`retrieval.purpose_profiles.<name>`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -632,7 +638,7 @@ impl Default for RetrievalConfig {
             stage_reserve_ms: 1_000,
             enable_intent: true,
             purpose_profiles: BTreeMap::new(),
-            relevance_gap: crate::assemble::relevance::DEFAULT_GAP,
+            relevance_gap: DEFAULT_RELEVANCE_GAP,
             relevance_floor: None,
         }
     }

@@ -21,11 +21,6 @@ use serde::Serialize;
 use super::candidate::Candidate;
 use crate::index::SearchKind;
 
-/// The default gap: a candidate more than this below the best one's rank
-/// score is cut. Calibrated on the conversational evaluation and the
-/// retrieval set (`BENCHMARKS.md`).
-pub const DEFAULT_GAP: f64 = 0.15;
-
 /// The default absolute floor of the embedder named `embedder_id`, if it
 /// has one: calibrated for USE-m3 (`use-m3…`) on the evaluation sets'
 /// unanswerable questions (`BENCHMARKS.md`); `None` for any other (a
