@@ -563,8 +563,9 @@ pub struct RetrievalConfig {
     /// built-in preset, any other name adds one that requests may send as
     /// `purpose`. Default: none (the built-in `chat` and `coding` only).
     pub purpose_profiles: BTreeMap<String, PurposeProfileConfig>,
-    /// Context mode's relative relevance bar: a candidate that ranks more
-    /// than this below the best one is not injected. In `[0, 1]`; 1 keeps
+    /// Context mode's relative relevance bar in flat retrieval (quotas keep
+    /// their breadth): a candidate that ranks more than this below the best
+    /// one is not injected. In `[0, 1]`; 1 keeps
     /// every candidate. Default [`DEFAULT_RELEVANCE_GAP`].
     pub relevance_gap: f64,
     /// Context mode's absolute relevance bar on semantic and hybrid

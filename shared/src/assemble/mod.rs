@@ -317,9 +317,12 @@ async fn assemble_with(
         let vectors = crate::find::vectors_for(app, index, &texts, vectors?).await?;
         gather::gather(index, identity, params, &vectors, exclusion).await?
     };
+    // Quotas ask for breadth across buckets: the gap, relative to the best
+    // of all, does not thin them; the floor's gate still applies.
+    let gap = app.config.retrieval.relevance_gap;
     let cut = relevance::RelevanceCut::for_kind(
         params.search_kind,
-        (app.config.retrieval.relevance_gap < 1.0).then_some(app.config.retrieval.relevance_gap),
+        (gap < 1.0 && params.quotas.is_none()).then_some(gap),
         app.config
             .retrieval
             .relevance_floor

@@ -693,6 +693,28 @@ async fn quotas_bound_each_bucket_and_are_echoed() {
 
 /// `retrieval.purpose_profiles` replaces a built-in preset (here `coding`,
 /// which `/recall` uses by default) or adds a purpose requests may name.
+/// The relevance gap thins a flat block to what is close to the best hit,
+/// and says so; quotas keep their breadth across buckets.
+#[tokio::test]
+async fn the_relevance_gap_thins_flat_blocks_but_not_quotas() {
+    let (app, _dirs) = app_with_config(CONTEXT_CORPUS, |config| config.retrieval.relevance_gap = 0.02).await;
+    let flat = context(&app, &ctx_body(&json!({"limit": 100}))).await;
+    let relevance = &flat["stats"]["relevance"];
+    assert_eq!(relevance["gap"], 0.02, "{relevance}");
+    assert!(count(relevance, "cut") > 0, "{relevance}");
+    assert_eq!(entries(&flat).len() as u64 + count(relevance, "cut"), VISIBLE_NODES as u64, "{relevance}");
+    let best = relevance["best"].as_f64().expect("a best score");
+    for e in entries(&flat) {
+        assert!(score_of(e) >= best - 0.02 - 0.1, "{e}: other peers rank with a penalty of at most 0.1");
+    }
+    let (wide, _dirs) = app_with_corpus(CONTEXT_CORPUS, true).await;
+    let coding = json!({"purpose": "coding"});
+    let thinned = context(&app, &ctx_body(&coding)).await;
+    let all = context(&wide, &ctx_body(&coding)).await;
+    assert_eq!(thinned["stats"]["relevance"]["gap"], Value::Null, "{}", thinned["stats"]);
+    assert_eq!(uris(&thinned), uris(&all), "quotas keep every bucket's entries");
+}
+
 #[tokio::test]
 async fn configured_purpose_profiles_replace_and_extend_the_presets() {
     let profiles = json!({
