@@ -443,7 +443,7 @@ fn report(name: &str, results: &[SettingResult], queries: usize, rounds: usize) 
         );
     }
     println!(
-        "  (medians of stats; rnd = ceil(reads / 8); win = read rounds under read_planned's ordered window; \
+        "  (medians of stats; rnd = ceil(reads / READ_CONCURRENCY); win = read rounds under read_planned's ordered window; \
          checked = warm-up requests whose reads were exactly the overview/full entries)"
     );
     println!("  checked only (shapes that drop entries; the warm-up pass, untimed), median [min–max]:");
@@ -484,7 +484,7 @@ fn report(name: &str, results: &[SettingResult], queries: usize, rounds: usize) 
 /// the latency floor `(1 HEAD + read rounds) × latency`.
 fn report_latency(results: &[SettingResult], baseline: &[SettingResult], latency: Duration) {
     println!(
-        "  per request: store calls seen by the proxy, median [min–max]; read rounds ideal = ceil(reads / 8), \
+        "  per request: store calls seen by the proxy, median [min–max]; read rounds ideal = ceil(reads / READ_CONCURRENCY), \
          window = read_planned's ordered window"
     );
     let table = Table::new("<16 >7 >9 >5 >9 >7 | >7 >8 >8 >7 >7 >10");

@@ -51,8 +51,10 @@ impl Shown {
 /// A read's outcome: bytes fetched, or why it failed.
 type ReadResult = Result<u64, String>;
 
-/// Reads in flight at once.
-pub const READ_CONCURRENCY: usize = 8;
+/// Reads in flight at once: 16, so that a 4000-token block's reads (up to
+/// 10 at the demo's p95, more with short memories whole) take one round
+/// over S3 rather than two (`BENCHMARKS.md`); the session reads use as many.
+pub const READ_CONCURRENCY: usize = 16;
 
 /// The texts of a plan's entries.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
