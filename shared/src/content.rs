@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use crate::identity::Identity;
 use crate::index::extract;
-use crate::index::record::{ContextType, LEVEL_ABSTRACT, LEVEL_FILE, classify};
+use crate::index::record::{ContextType, LEVEL_ABSTRACT, LEVEL_FILE, Level, classify};
 use crate::index::{AccountIndex, IndexError, Record};
 use crate::store::{SharedStore, StoreError};
 use crate::uri::{VikingUri, tree_key};
@@ -413,9 +413,9 @@ impl<'a> Content<'a> {
             let mut next = Vec::new();
             let listed: Vec<(VikingUri, String, Children)> =
                 listed.into_iter().map(|(dir, rel, found)| found.map(|f| (dir, rel, f))).collect::<Result<_, _>>()?;
-            let records: HashMap<(VikingUri, u8), Record> = match index {
+            let records: HashMap<(VikingUri, Level), Record> = match index {
                 Some(index) => {
-                    let nodes: Vec<(VikingUri, u8)> = listed
+                    let nodes: Vec<(VikingUri, Level)> = listed
                         .iter()
                         .flat_map(|(_, _, found)| &found.children)
                         .map(|c| (c.uri.clone(), if c.is_dir { LEVEL_ABSTRACT } else { LEVEL_FILE }))
@@ -617,7 +617,7 @@ impl Content<'_> {
 /// children (`derived`), else the reference's placeholder. Cut to
 /// `abs_limit` characters as the reference (`…[:abs_limit-3]+"..."`).
 fn entry_abstract(
-    records: &HashMap<(VikingUri, u8), Record>,
+    records: &HashMap<(VikingUri, Level), Record>,
     derived: &HashMap<VikingUri, String>,
     uri: &VikingUri,
     is_dir: bool,

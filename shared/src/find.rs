@@ -95,8 +95,12 @@ pub struct FindItem {
     pub context_type: &'static str,
     /// The node (a directory's carries its level suffix).
     pub uri: String,
-    /// 0 (abstract), 1 (overview) or 2 (file).
+    /// 0 (abstract), 1 (overview) or 2 (file, or a passage of one).
     pub level: Level,
+    /// When the best match in the file was one of its passages: the
+    /// passage's first and last line (1-based; absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lines: Option<[u32; 2]>,
     /// The score (after the event decay, when applied).
     pub score: f64,
     /// The record's abstract.
@@ -127,7 +131,8 @@ impl FindItem {
         Self {
             context_type: r.context_type.as_str(),
             uri: r.display_uri(),
-            level: r.level,
+            level: r.level.min(LEVEL_FILE),
+            lines: r.span.map(|s| [s.first_line, s.last_line]),
             score: hit.score,
             abstract_text: r.abstract_text.clone(),
             tags: r.tags.clone(),
@@ -422,7 +427,8 @@ pub async fn find_over(
                 vector,
                 terms,
                 filter: &filter,
-                limit: params.limit,
+                // Passages of one file collapse into one hit below.
+                limit: params.limit.saturating_mul(PASSAGE_OVERFETCH),
                 score_threshold: params.score_threshold,
                 decay,
             })
@@ -432,22 +438,15 @@ pub async fn find_over(
             if let Some(stats) = &mut stats {
                 stats.add(&found);
             }
+            let mut own = Vec::new();
+            collapse(&mut own, found.hits);
+            own.truncate(params.limit);
             if params.include_provenance {
-                provenance.push(provenance_of(query, &filter.targets, &found.hits));
+                provenance.push(provenance_of(query, &filter.targets, &own));
             }
-            for hit in found.hits {
-                let same = |h: &&mut Hit<'_>| h.record.uri == hit.record.uri && h.record.level == hit.record.level;
-                match hits.iter_mut().find(same) {
-                    Some(kept) if hit.score > kept.score => *kept = hit,
-                    Some(_) => {}
-                    None => hits.push(hit),
-                }
-            }
+            collapse(&mut hits, own);
         }
-        if queries.len() > 1 {
-            hits.sort_by(|a, b| b.score.total_cmp(&a.score));
-            hits.truncate(params.limit);
-        }
+        hits.truncate(params.limit);
     }
     let contents = if params.read_content {
         let budget = app.config.limits.response_budget().bytes();
@@ -483,13 +482,31 @@ pub async fn find_over(
     Ok(FindResult { memories, resources, skills, total, provenance, index: stats })
 }
 
+/// Hits a search over-fetches so that, once a file's passages collapse
+/// into one hit, `limit` files remain.
+const PASSAGE_OVERFETCH: usize = 3;
+
+/// Adds `found` to `hits` one node at a time — a file and its passages
+/// are one node, shown as the best of them — and leaves `hits` best first.
+fn collapse<'a>(hits: &mut Vec<Hit<'a>>, found: Vec<Hit<'a>>) {
+    let level = |h: &Hit<'_>| h.record.level.min(LEVEL_FILE);
+    for hit in found {
+        match hits.iter_mut().find(|h| h.record.uri == hit.record.uri && level(h) == level(&hit)) {
+            Some(kept) if hit.score > kept.score => *kept = hit,
+            Some(_) => {}
+            None => hits.push(hit),
+        }
+    }
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+}
+
 /// One query's provenance entry.
 fn provenance_of(query: &str, targets: &[VikingUri], found: &[Hit<'_>]) -> Provenance {
     let matched_contexts = found
         .iter()
         .map(|hit| MatchedContext {
             uri: hit.record.display_uri(),
-            tier: format!("L{}", hit.record.level),
+            tier: format!("L{}", hit.record.level.min(LEVEL_FILE)),
             context_type: hit.record.context_type.as_str(),
             score: hit.score,
             match_reason: "",

@@ -24,11 +24,11 @@ use futures_util::{StreamExt as _, TryStreamExt as _, stream};
 
 use crate::app::App;
 use crate::identity::AccountId;
-use crate::index::record::{LEVEL_ABSTRACT, LEVEL_FILE, LEVEL_OVERVIEW, classify, supersedes};
+use crate::index::record::{LEVEL_ABSTRACT, LEVEL_FILE, LEVEL_OVERVIEW, Level, classify, supersedes};
 use crate::index::{AccountIndex, IndexSnapshot, Record, Tombstone};
 use crate::ingest::{
     ABSTRACT_SIDECAR, Batch, IngestError, IngestOptions, OVERVIEW_SIDECAR, Pending, Times, commit_batch,
-    directory_records, file_record,
+    directory_records, file_records, stale_passages,
 };
 use crate::store::{SharedStore, StoreError, get_checked};
 use crate::uri::{VikingUri, tree_key};
@@ -262,14 +262,29 @@ async fn apply_account(
     snapshot.ensure_embedder(account, &info)?;
     // What the index holds of these nodes: the loaded segments, or the
     // nodes' records read back from S3 Vectors.
-    let keys: Vec<(VikingUri, u8)> = nodes
+    let keys: Vec<(VikingUri, Level)> = nodes
         .keys()
         .flat_map(|node| match node {
             Node::File(uri) => vec![(uri.clone(), LEVEL_FILE)],
             Node::Dir(uri) => vec![(uri.clone(), LEVEL_ABSTRACT), (uri.clone(), LEVEL_OVERVIEW)],
         })
         .collect();
-    let snapshot = AccountIndex::open(account, snapshot, app.vector_bucket())?.basis(&keys).await?;
+    let index = AccountIndex::open(account, snapshot, app.vector_bucket())?;
+    let snapshot = index.basis(&keys).await?;
+    // On S3 Vectors the basis holds only what was asked for: add the
+    // passages its files hold (on segments it is the whole index).
+    let passages: Vec<(VikingUri, Level)> = keys
+        .iter()
+        .filter(|(_, level)| *level == LEVEL_FILE)
+        .filter_map(|(uri, _)| snapshot.get(uri, LEVEL_FILE))
+        .flat_map(|r| stale_passages(&r.uri, 0, r.passages, None))
+        .map(|t| (t.uri, t.level))
+        .collect();
+    let snapshot = if passages.is_empty() || matches!(index, AccountIndex::Segments(_)) {
+        snapshot
+    } else {
+        index.basis(&[keys, passages].concat()).await?
+    };
     let mut report = IndexerReport::default();
     let mut pending: Vec<Pending> = Vec::new();
     let mut tombstones: Vec<Tombstone> = Vec::new();
@@ -375,7 +390,7 @@ impl Step {
         &mut self,
         snapshot: &IndexSnapshot,
         uri: &VikingUri,
-        level: u8,
+        level: Level,
         new: Option<Pending>,
         version: Option<&str>,
     ) {
@@ -410,15 +425,26 @@ impl Step {
 #[must_use]
 pub fn step(snapshot: &IndexSnapshot, node: &Node, source: Source, seen: &Seen, options: &IngestOptions) -> Step {
     let (at, version) = (seen.at, seen.version.as_deref());
-    let times = |uri: &VikingUri, level: u8| {
+    let times = |uri: &VikingUri, level: Level| {
         let created_at = snapshot.get(uri, level).map_or(at, |r| r.created_at);
         Times { created_at, updated_at: at }
     };
     let mut step = Step::default();
     match (node, source) {
         (Node::File(uri), Source::File(text)) => {
-            let new = text.and_then(|t| file_record(uri, &t, times(uri, LEVEL_FILE), options));
-            step.level(snapshot, uri, LEVEL_FILE, new, version);
+            let mut new = text.map(|t| file_records(uri, &t, times(uri, LEVEL_FILE), options)).unwrap_or_default();
+            let file = (!new.is_empty()).then(|| new.remove(0));
+            // The passages the file has now, and those the index holds
+            // beyond them (the file got shorter, or is gone).
+            let held = snapshot.get(uri, LEVEL_FILE).map_or(0, |r| r.passages);
+            let count = file.as_ref().map_or(0, |f| f.record.passages);
+            step.level(snapshot, uri, LEVEL_FILE, file, version);
+            for passage in new {
+                step.level(snapshot, uri, passage.record.level, Some(passage), version);
+            }
+            for stale in stale_passages(uri, count, held, version) {
+                step.level(snapshot, uri, stale.level, None, version);
+            }
         }
         (Node::Dir(dir), Source::Dir(abstract_md, overview_md)) => {
             let built = directory_records(
@@ -428,7 +454,7 @@ pub fn step(snapshot: &IndexSnapshot, node: &Node, source: Source, seen: &Seen, 
                 times(dir, LEVEL_ABSTRACT),
                 options,
             );
-            let mut by_level: BTreeMap<u8, Pending> = built.into_iter().map(|p| (p.record.level, p)).collect();
+            let mut by_level: BTreeMap<Level, Pending> = built.into_iter().map(|p| (p.record.level, p)).collect();
             for level in [LEVEL_ABSTRACT, LEVEL_OVERVIEW] {
                 step.level(snapshot, dir, level, by_level.remove(&level), version);
             }

@@ -19,7 +19,8 @@ use crate::index::extract::{
     sidecar_text, split_frontmatter,
 };
 use crate::index::lexical::encode_counts;
-use crate::index::record::{LEVEL_ABSTRACT, LEVEL_FILE, LEVEL_OVERVIEW, classify};
+use crate::index::passage::{self, PassageOptions};
+use crate::index::record::{LEVEL_ABSTRACT, LEVEL_FILE, LEVEL_OVERVIEW, Level, Span, classify, passage_level};
 use crate::index::{
     self, AccountIndex, ContextType, EmbedderInfo, IndexError, IndexSnapshot, Record, Segment, Target, Tombstone,
 };
@@ -65,11 +66,19 @@ pub struct IngestOptions {
     pub batch: usize,
     /// Remove indexed nodes (and their objects) that the source no longer has.
     pub prune: bool,
+    /// How long files are cut into passages ([`PassageOptions::default`]).
+    pub passages: PassageOptions,
 }
 
 impl Default for IngestOptions {
     fn default() -> Self {
-        Self { abstract_max_bytes: 400, embed_max_bytes: 2000, batch: 256, prune: false }
+        Self {
+            abstract_max_bytes: 400,
+            embed_max_bytes: 2000,
+            batch: 256,
+            prune: false,
+            passages: PassageOptions::default(),
+        }
     }
 }
 
@@ -121,7 +130,7 @@ pub struct Pending {
 
 /// The version of the record format; part of every source hash, so a new
 /// version re-indexes every node on the next ingest.
-pub const RECORD_VERSION: u32 = 4;
+pub const RECORD_VERSION: u32 = 5;
 
 /// A node's source hash: the hex SHA-256 of [`RECORD_VERSION`] and `bytes`.
 #[must_use]
@@ -194,9 +203,68 @@ pub fn file_record(uri: &VikingUri, text: &str, times: Times, options: &IngestOp
             source_hash: source_hash(text.as_bytes()),
             source_version: None,
             terms,
+            passages: 0,
+            span: None,
         },
         embed_text,
     })
+}
+
+/// A file's records: its level-2 record ([`file_record`]) and, for a file
+/// long enough to have them, its passages ([`crate::index::passage`]) at
+/// levels `LEVEL_PASSAGE…`, each embedded with the headings it sits under
+/// and sharing the file's source hash and times. Empty when the URI is
+/// never indexed.
+///
+/// Cost: one pass over the text per passage built, plus the file's.
+#[must_use]
+pub fn file_records(uri: &VikingUri, text: &str, times: Times, options: &IngestOptions) -> Vec<Pending> {
+    let Some(mut file) = file_record(uri, text, times, options) else { return Vec::new() };
+    let pieces = passage::split(text, &options.passages);
+    let name = name_words(uri);
+    let mut out = Vec::with_capacity(pieces.len() + 1);
+    for (n, piece) in pieces.into_iter().enumerate() {
+        let (Some(level), Ok(start), Ok(end)) =
+            (passage_level(n), u32::try_from(piece.start), u32::try_from(piece.end))
+        else {
+            break;
+        };
+        let body = &text[piece.start..piece.end];
+        let context = if piece.headings.is_empty() { name.as_str() } else { piece.headings.as_str() };
+        let abstract_text = cut_to_bytes(body, options.abstract_max_bytes).trim().to_owned();
+        out.push(Pending {
+            record: Record {
+                level,
+                abstract_tokens: tokens_u32(&abstract_text),
+                abstract_text,
+                overview_tokens: None,
+                full_tokens: Some(tokens_u32(body)),
+                terms: encode_counts(&[&name, &piece.headings, body]),
+                passages: 0,
+                span: Some(Span { start, end, first_line: piece.first_line, last_line: piece.last_line }),
+                ..file.record.clone()
+            },
+            embed_text: cut_to_bytes(&format!("{context}\n{body}"), options.embed_max_bytes).to_owned(),
+        });
+    }
+    file.record.passages = u32::try_from(out.len()).unwrap_or(u32::MAX);
+    out.insert(0, file);
+    out
+}
+
+/// Removals of a file's passages `now..held` (the file has `now` passages,
+/// the index held `held`), at `version`.
+#[must_use]
+pub fn stale_passages(uri: &VikingUri, now: u32, held: u32, version: Option<&str>) -> Vec<Tombstone> {
+    (now..held)
+        .filter_map(|n| usize::try_from(n).ok().and_then(passage_level))
+        .map(|level| Tombstone {
+            uri: uri.clone(),
+            level,
+            source_version: version.map(str::to_owned),
+            kept_since: None,
+        })
+        .collect()
 }
 
 /// A directory's records from its sidecars: level 0 from `.abstract.md`,
@@ -240,6 +308,8 @@ pub fn directory_records(
             source_hash: hash.clone(),
             source_version: None,
             terms: encode_counts(&[&name, &embed_text]),
+            passages: 0,
+            span: None,
         },
         embed_text,
     };
@@ -352,7 +422,7 @@ pub async fn ingest_dir(
     snapshot.ensure_embedder(account, &info)?;
     // What the index holds now, wherever it lives.
     let index = AccountIndex::open(account, snapshot, target.vectors)?;
-    let known: HashMap<(VikingUri, u8), Record> =
+    let known: HashMap<(VikingUri, Level), Record> =
         index.all_records().await?.into_iter().map(|r| ((r.uri.clone(), r.level), r)).collect();
     drop(index);
     let mut skipped = Vec::new();
@@ -363,8 +433,9 @@ pub async fn ingest_dir(
     }
     on_event(IngestEvent::Planned(nodes.len()));
 
-    let mut seen: HashSet<(VikingUri, u8)> = HashSet::new();
+    let mut seen: HashSet<(VikingUri, Level)> = HashSet::new();
     let mut batch: Vec<Pending> = Vec::new();
+    let mut stale: Vec<Tombstone> = Vec::new();
     for node in nodes {
         let (uri, pendings, uploads) = match node {
             Node::File { uri, path } => {
@@ -373,8 +444,8 @@ pub async fn ingest_dir(
                     on_event(IngestEvent::Skipped(uri.to_string(), "not UTF-8 text".into()));
                     continue;
                 };
-                let pending = file_record(&uri, &text, file_times(&path), options);
-                (uri.clone(), pending.into_iter().collect::<Vec<_>>(), vec![(uri, text)])
+                let pendings = file_records(&uri, &text, file_times(&path), options);
+                (uri.clone(), pendings, vec![(uri, text)])
             }
             Node::Dir { uri, abstract_path, overview_path } => {
                 let abstract_md = abstract_path.as_deref().map(read_text).transpose()?.flatten();
@@ -404,17 +475,33 @@ pub async fn ingest_dir(
         }
         report.indexed += 1;
         on_event(IngestEvent::Indexed(uri.to_string()));
+        // Passages past the new count (the file got shorter) go with it.
+        let held = known.get(&(uri.clone(), LEVEL_FILE)).map_or(0, |r| r.passages);
+        let now = pendings.first().filter(|p| p.record.level == LEVEL_FILE).map_or(0, |p| p.record.passages);
+        stale.extend(stale_passages(&uri, now, held, None));
         batch.extend(pendings);
         if batch.len() >= options.batch.max(1) {
             let pending = std::mem::take(&mut batch);
-            commit_batch(target, account, embedder, &info, Batch { pending, ..Batch::default() }, None).await?;
+            let tombstones = std::mem::take(&mut stale);
+            commit_batch(target, account, embedder, &info, Batch { pending, tombstones, ..Batch::default() }, None)
+                .await?;
         }
     }
-    let mut tombstones = Vec::new();
+    let mut tombstones = stale;
     if options.prune {
         let mut gone: Vec<Record> = known.into_values().filter(|r| !seen.contains(&(r.uri.clone(), r.level))).collect();
         gone.sort_by(|a, b| (a.uri.as_str(), a.level).cmp(&(b.uri.as_str(), b.level)));
         for record in gone {
+            if record.is_passage() {
+                // Part of a file: goes with it, reported once.
+                tombstones.push(Tombstone {
+                    uri: record.uri,
+                    level: record.level,
+                    source_version: None,
+                    kept_since: None,
+                });
+                continue;
+            }
             let key = if record.level == LEVEL_FILE {
                 Some(tree_key(account, &record.uri))
             } else {

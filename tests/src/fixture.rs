@@ -801,6 +801,8 @@ pub fn file_record_of(uri: &str, abstract_text: &str, source_hash: &str) -> skal
         source_hash: source_hash.to_owned(),
         source_version: None,
         terms: String::new(),
+        passages: 0,
+        span: None,
     }
 }
 

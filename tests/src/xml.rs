@@ -13,6 +13,8 @@ use quick_xml::reader::Reader;
 pub struct Parsed {
     /// The `uri` attribute.
     pub uri: String,
+    /// The `lines` attribute of a passage (`first-last`, first ≤ last).
+    pub lines: Option<String>,
     /// The `type` attribute.
     pub category: String,
     /// The `score` attribute.
@@ -41,12 +43,20 @@ fn parsed_attributes(e: &BytesStart<'_>) -> Result<Parsed, String> {
         Some("true") => true,
         Some(other) => return Err(format!("truncated={other:?}, want \"true\" or no attribute")),
     };
+    let lines = found.remove("lines");
+    if let Some(lines) = &lines {
+        let range = lines.split_once('-').and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)));
+        if !range.is_some_and(|(first, last)| first >= 1 && first <= last) {
+            return Err(format!("lines={lines:?}, want \"first-last\" with 1 <= first <= last"));
+        }
+    }
     let keys: Vec<&str> = found.keys().map(String::as_str).collect();
     if keys != ["detail", "score", "type", "uri"] {
-        return Err(format!("attributes {keys:?}, want uri, type, score, detail (and truncated)"));
+        return Err(format!("attributes {keys:?}, want uri, type, score, detail (and lines, truncated)"));
     }
     let mut take = |k: &str| found.remove(k).unwrap_or_default();
     Ok(Parsed {
+        lines,
         uri: take("uri"),
         category: take("type"),
         score: take("score"),

@@ -265,6 +265,8 @@ fn make_record(i: usize, rng: &mut Rng, now: i64, terms: bool) -> Record {
         source_hash: skald::ingest::source_hash(abstract_text.as_bytes()),
         source_version: None,
         terms: if terms { skald::index::lexical::encode_counts(&[&abstract_text]) } else { String::new() },
+        passages: 0,
+        span: None,
         abstract_text,
         size: 200 + rng.below(20_000) as u64,
         created_at,
@@ -277,7 +279,7 @@ fn make_record(i: usize, rng: &mut Rng, now: i64, terms: bool) -> Record {
 /// segment's tombstones hide older segments), with one hash set: the same
 /// rule as the index's own liveness pass, for comparing its cost.
 fn liveness_with_hash_set(segments: &[Segment]) -> usize {
-    let mut seen: HashSet<(&VikingUri, u8)> = HashSet::new();
+    let mut seen: HashSet<(&VikingUri, skald::index::Level)> = HashSet::new();
     let mut count = 0;
     for segment in segments.iter().rev() {
         let mut live = vec![false; segment.records.len()];

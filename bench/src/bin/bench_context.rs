@@ -342,6 +342,7 @@ async fn phases(app: &App, identity: &Identity, body: &Value, out: &mut Phases) 
             let c = &candidates[p.candidate];
             EntryView {
                 uri: c.uri.as_str(),
+                lines: c.lines(),
                 category: c.category.as_str(),
                 score: c.score,
                 tier: shown.tier,
@@ -743,6 +744,7 @@ fn synthetic_candidates(n: usize, seed: u64) -> Vec<Candidate> {
                 overview_tokens,
                 full_tokens,
                 dedup_key,
+                span: None,
             }
         })
         .collect()

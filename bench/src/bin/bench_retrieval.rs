@@ -298,7 +298,9 @@ async fn evaluate(
     let started = Instant::now();
     skald_bench::ingest_demo(temp.store(), embedder.as_ref()).await;
     ingest_long_docs(&temp, docs, embedder.as_ref()).await;
-    println!("ingest: {:.1} s", started.elapsed().as_secs_f64());
+    let took = started.elapsed().as_secs_f64();
+    println!("ingest: {took:.1} s");
+    report_index_size(&temp, docs, took).await;
     let config = skald::config::Config { retrieval, ..skald_bench::dev_config() };
     let app = skald::app::App::with_parts(config, temp.store().clone(), embedder);
     let corpus = Corpus::read(docs);
@@ -351,6 +353,38 @@ async fn dump_scores(app: &App, q: &Query, search_type: &str, path: &std::ffi::O
     if let Err(e) = written {
         fail("SKALD_DUMP_SCORES", e);
     }
+}
+
+/// Prints what the ingested corpus costs: its records (files,
+/// passages), the index's bytes in the store, and both per MB of source
+/// text, with the ingest time per MB.
+async fn report_index_size(temp: &TempStore, docs: &[PathBuf], took_s: f64) {
+    fn bytes_under(dir: &Path) -> u64 {
+        std::fs::read_dir(dir).map_or(0, |entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| {
+                    let path = e.path();
+                    if path.is_dir() { bytes_under(&path) } else { e.metadata().map_or(0, |m| m.len()) }
+                })
+                .sum()
+        })
+    }
+    let source = bytes_under(&repo().join("samplconfigs/demo"))
+        + docs.iter().map(|d| std::fs::metadata(d).map_or(0, |m| m.len())).sum::<u64>();
+    let snapshot = skald::index::IndexSnapshot::load(temp.store(), &skald_bench::account(), None)
+        .await
+        .unwrap_or_else(|e| fail("load the index", e));
+    let passages = snapshot.records().filter(|(r, _)| r.is_passage()).count();
+    let stored: u64 = snapshot.manifest.as_ref().map_or(0, |m| m.segments.iter().map(|s| s.bytes).sum::<u64>());
+    let mb = source as f64 / 1_048_576.0;
+    println!(
+        "index: {} records ({passages} passages) in {stored} bytes of segments for {source} bytes of source: \
+         {:.1} MB of index and {:.0} s of ingest per MB of source",
+        snapshot.len(),
+        stored as f64 / 1_048_576.0 / mb,
+        took_s / mb
+    );
 }
 
 /// Ingests `docs` under `viking://resources/longdocs/` (through a

@@ -12,6 +12,7 @@ use super::{Admitted, admit, error_response, result_json, telemetry, within_dead
 use crate::app::App;
 use crate::find::{FindParams, authorize_targets, find};
 use crate::identity::Identity;
+use crate::index::Level;
 use crate::index::extract::is_valid_tag;
 use crate::index::filter::{FilterExpr, MAX_FILTER_DEPTH, MAX_FILTER_NODES, TimeField, TimeRange, filter_size};
 use crate::index::{ContextType, SearchKind};
@@ -342,7 +343,7 @@ fn parse_decay_window(text: &str) -> Option<i64> {
 
 /// `level`: an int, a list of ints (or numeric strings), or `"0,1"`; each
 /// in 0..=2.
-fn parse_levels(body: &mut Body) -> Vec<u8> {
+fn parse_levels(body: &mut Body) -> Vec<Level> {
     let Some(raw) = body.raw("level").cloned() else { return Vec::new() };
     let items: Vec<Value> = match raw {
         Value::Array(items) => items,
@@ -358,7 +359,7 @@ fn parse_levels(body: &mut Body) -> Vec<u8> {
             Value::String(s) => s.parse::<u64>().ok(),
             _ => None,
         };
-        match level.and_then(|l| u8::try_from(l).ok()).filter(|l| *l <= 2) {
+        match level.and_then(|l| Level::try_from(l).ok()).filter(|l| *l <= 2) {
             Some(l) if !levels.contains(&l) => levels.push(l),
             Some(_) => {}
             None => {

@@ -272,6 +272,7 @@ fn text_entry(uri: &VikingUri, category: Category, text: &str, budget: usize) ->
             overview_tokens: None,
             full_tokens: None,
             dedup_key: uri.to_string(),
+            span: None,
         },
         tier,
         text,
@@ -280,6 +281,7 @@ fn text_entry(uri: &VikingUri, category: Category, text: &str, budget: usize) ->
     let cost = |e: &Entry| {
         estimate_tokens(&render(&[EntryView {
             uri: e.candidate.uri.as_str(),
+            lines: None,
             category: e.candidate.category.as_str(),
             score: 1.0,
             tier: e.tier,

@@ -2,6 +2,7 @@
 //! bootstrap manifest) hands the planner, with everything the plan needs
 //! known before any read.
 
+use crate::index::record::{LEVEL_FILE, Span};
 use crate::index::{Category, Record};
 use crate::uri::VikingUri;
 
@@ -55,6 +56,9 @@ pub struct Candidate {
     pub full_tokens: Option<u32>,
     /// Equal keys mean equal content (counted as `deduped`).
     pub dedup_key: String,
+    /// For a passage of a long file: where it sits in the file (its text
+    /// is the `full` tier, read from the file).
+    pub span: Option<Span>,
 }
 
 impl Candidate {
@@ -64,7 +68,7 @@ impl Candidate {
         Self {
             uri: record.uri.clone(),
             category,
-            is_directory: record.level != crate::index::record::LEVEL_FILE,
+            is_directory: record.level < LEVEL_FILE,
             is_memory: record.context_type == crate::index::ContextType::Memory,
             score,
             rank_score,
@@ -73,7 +77,24 @@ impl Candidate {
             abstract_tokens: record.abstract_tokens,
             overview_tokens: record.overview_tokens,
             full_tokens: record.full_tokens,
-            dedup_key: record.source_hash.clone(),
+            dedup_key: match record.span {
+                Some(span) => format!("{}@{}", record.source_hash, span.start),
+                None => record.source_hash.clone(),
+            },
+            span: record.span,
         }
+    }
+
+    /// What tells candidates apart: the node, and the passage's first
+    /// byte for a passage.
+    #[must_use]
+    pub fn key(&self) -> (VikingUri, Option<u32>) {
+        (self.uri.clone(), self.span.map(|s| s.start))
+    }
+
+    /// A passage's lines, 1-based and inclusive (`None` for anything else).
+    #[must_use]
+    pub fn lines(&self) -> Option<(u32, u32)> {
+        self.span.map(|s| (s.first_line, s.last_line))
     }
 }

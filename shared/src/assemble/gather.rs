@@ -194,14 +194,14 @@ impl Searcher<'_> {
     /// score), as candidates of category `bucket` (or their own).
     fn candidates(&self, found: Vec<Searched<'_>>, bucket: Option<Category>) -> Vec<Candidate> {
         let (identity, params) = (self.identity, self.params);
-        let mut merged: BTreeMap<VikingUri, Candidate> = BTreeMap::new();
+        let mut merged: BTreeMap<(VikingUri, Option<u32>), Candidate> = BTreeMap::new();
         for hit in found.into_iter().flat_map(|f| f.hits).filter(|h| !is_profile(&h.record)) {
             let origin = origin_of(identity, &hit.record.uri);
             let category = bucket.unwrap_or(hit.record.category);
             let penalty =
                 if origin == Origin::OtherPeer { params.penalties.get(&category).copied().unwrap_or(0.0) } else { 0.0 };
             let candidate = Candidate::from_record(&hit.record, hit.score, hit.score - penalty, origin, category);
-            match merged.entry(candidate.uri.clone()) {
+            match merged.entry(candidate.key()) {
                 Entry::Vacant(slot) => {
                     slot.insert(candidate);
                 }
@@ -216,18 +216,32 @@ impl Searcher<'_> {
 }
 
 /// Best first: rank score, then origin (acting peer, own, other peers),
-/// then URI, so equal inputs give equal orders.
-fn sort(candidates: &mut [Candidate]) {
+/// then URI and passage, so equal inputs give equal orders. A file whose
+/// own passage ranks above it goes: the passage speaks for it.
+fn sort(candidates: &mut Vec<Candidate>) {
     candidates.sort_by(|a, b| {
-        b.rank_score.total_cmp(&a.rank_score).then(a.origin.cmp(&b.origin)).then_with(|| a.uri.cmp(&b.uri))
+        b.rank_score
+            .total_cmp(&a.rank_score)
+            .then(a.origin.cmp(&b.origin))
+            .then_with(|| a.uri.cmp(&b.uri))
+            .then_with(|| a.span.map(|s| s.start).cmp(&b.span.map(|s| s.start)))
+    });
+    let mut passed: std::collections::HashSet<VikingUri> = std::collections::HashSet::new();
+    candidates.retain(|c| {
+        if c.span.is_some() {
+            passed.insert(c.uri.clone());
+            true
+        } else {
+            !passed.contains(&c.uri)
+        }
     });
 }
 
-/// Merges lists by URI, keeping the higher score.
+/// Merges lists by node (and passage), keeping the higher score.
 fn merge(lists: Vec<Vec<Candidate>>) -> Vec<Candidate> {
-    let mut merged: BTreeMap<VikingUri, Candidate> = BTreeMap::new();
+    let mut merged: BTreeMap<(VikingUri, Option<u32>), Candidate> = BTreeMap::new();
     for candidate in lists.into_iter().flatten() {
-        match merged.entry(candidate.uri.clone()) {
+        match merged.entry(candidate.key()) {
             Entry::Vacant(slot) => {
                 slot.insert(candidate);
             }

@@ -29,9 +29,10 @@ use params::{AssembleParams, Detail, PeerScope, Quotas, Tier};
 use render::EntryView;
 
 /// One served entry. Serialises as the response's `entries[]` item
-/// (`Entry` in `infra/openapi.json`): `uri`, `category`, `score` (0 when
-/// not finite), `detail` (the tier), `text`, `origin`, and `truncated:
-/// true` only when the text was cut to fit.
+/// (`Entry` in `infra/openapi.json`): `uri`, `lines` (a passage's first
+/// and last line, only for passages), `category`, `score` (0 when not
+/// finite), `detail` (the tier), `text`, `origin`, and `truncated: true`
+/// only when the text was cut to fit.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
     /// The candidate it shows.
@@ -49,6 +50,7 @@ impl Entry {
     fn view(&self) -> EntryView<'_> {
         EntryView {
             uri: self.candidate.uri.as_str(),
+            lines: self.candidate.lines(),
             category: self.candidate.category.as_str(),
             score: self.candidate.score,
             tier: self.tier,
@@ -62,6 +64,8 @@ impl Entry {
 #[derive(Serialize)]
 struct EntryItem<'a> {
     uri: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lines: Option<[u32; 2]>,
     category: &'static str,
     score: f64,
     detail: &'static str,
@@ -75,6 +79,7 @@ impl Serialize for Entry {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         EntryItem {
             uri: self.candidate.uri.as_str(),
+            lines: self.candidate.lines().map(|(first, last)| [first, last]),
             category: self.candidate.category.as_str(),
             score: finite(self.candidate.score),
             detail: self.tier.as_str(),

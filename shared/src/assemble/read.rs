@@ -76,8 +76,13 @@ fn key_for(account: &AccountId, c: &Candidate) -> Option<String> {
     Some(tree_key(account, &target))
 }
 
-/// The tier's text from the object's body.
+/// The tier's text from the object's body (a passage's `full`: its range
+/// of the file, when the file still has it).
 fn extract(c: &Candidate, tier: Tier, body: &str) -> Option<String> {
+    if let (Tier::Full, Some(span)) = (tier, c.span) {
+        let range = usize::try_from(span.start).ok()?..usize::try_from(span.end).ok()?;
+        return body.get(range).map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned);
+    }
     let text = match (tier, c.is_directory) {
         (Tier::Full, false) => Some(full_text(body).to_owned()),
         (Tier::Overview, true) => Some(directory_overview(body).to_owned()),

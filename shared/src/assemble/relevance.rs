@@ -118,6 +118,7 @@ mod tests {
             overview_tokens: None,
             full_tokens: Some(2),
             dedup_key: name.to_owned(),
+            span: None,
         }
     }
 

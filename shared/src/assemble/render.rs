@@ -35,6 +35,9 @@ pub const TRUNCATED_MARK_TOKENS: usize = 5;
 pub struct EntryView<'a> {
     /// The `uri` attribute.
     pub uri: &'a str,
+    /// A passage's lines in its file (1-based, inclusive): renders
+    /// `lines="first-last"` after `uri`.
+    pub lines: Option<(u32, u32)>,
     /// The `type` attribute (the category).
     pub category: &'a str,
     /// The score, shown with two decimals.
@@ -48,13 +51,12 @@ pub struct EntryView<'a> {
     pub truncated: bool,
 }
 
-fn start<'a>(view: &'a EntryView<'a>, score: &'a str) -> BytesStart<'a> {
-    let head = BytesStart::new(ELEMENT).with_attributes([
-        ("uri", view.uri),
-        ("type", view.category),
-        ("score", score),
-        ("detail", view.tier.as_str()),
-    ]);
+fn start<'a>(view: &'a EntryView<'a>, score: &'a str, lines: &'a str) -> BytesStart<'a> {
+    let mut head = BytesStart::new(ELEMENT).with_attributes([("uri", view.uri)]);
+    if view.lines.is_some() {
+        head.push_attribute(("lines", lines));
+    }
+    let head = head.with_attributes([("type", view.category), ("score", score), ("detail", view.tier.as_str())]);
     if view.truncated && view.tier != Tier::Uri { head.with_attributes([("truncated", "true")]) } else { head }
 }
 
@@ -67,8 +69,9 @@ pub fn score_text(score: f64) -> String {
 /// Appends one element to `out`.
 pub fn render_entry(out: &mut Vec<u8>, view: &EntryView<'_>) {
     let score = score_text(view.score);
+    let lines = view.lines.map(|(first, last)| format!("{first}-{last}")).unwrap_or_default();
     let mut writer = Writer::new(out);
-    let head = start(view, &score);
+    let head = start(view, &score, &lines);
     // Writing into a Vec cannot fail.
     let _ = if view.tier == Tier::Uri {
         writer.write_event(Event::Empty(head))
@@ -112,7 +115,7 @@ mod tests {
     use super::*;
 
     fn view<'a>(uri: &'a str, tier: Tier, text: &'a str) -> EntryView<'a> {
-        EntryView { uri, category: "events", score: 0.7249, tier, text, truncated: false }
+        EntryView { uri, lines: None, category: "events", score: 0.7249, tier, text, truncated: false }
     }
 
     #[test]

@@ -715,12 +715,21 @@ async fn remote_commit(
         }
         e => e,
     };
+    // A passage is judged by its file's version (`drop_superseded`).
     let versioned: Vec<(VikingUri, Level)> = segment
         .records
         .iter()
         .filter(|r| r.source_version.is_some())
-        .map(|r| (r.uri.clone(), r.level))
-        .chain(segment.tombstones.iter().filter(|t| t.source_version.is_some()).map(|t| (t.uri.clone(), t.level)))
+        .map(|r| (r.uri.clone(), r.level.min(super::record::LEVEL_FILE)))
+        .chain(
+            segment
+                .tombstones
+                .iter()
+                .filter(|t| t.source_version.is_some())
+                .map(|t| (t.uri.clone(), t.level.min(super::record::LEVEL_FILE))),
+        )
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
         .collect();
     let mut dropped = 0;
     if !versioned.is_empty() {

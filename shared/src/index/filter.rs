@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::record::{ContextType, Level, Record};
+use super::record::{ContextType, LEVEL_FILE, Level, Record};
 use crate::uri::VikingUri;
 
 /// Which record time a range applies to.
@@ -45,7 +45,7 @@ pub struct Filter {
     pub not_under: Vec<VikingUri>,
     /// Allowed context types (empty: any).
     pub context_types: Vec<ContextType>,
-    /// Allowed levels (empty: any).
+    /// Allowed levels (empty: any); a file's passages pass as level 2.
     pub levels: Vec<Level>,
     /// Tags that must all be present.
     pub tags: Vec<String>,
@@ -62,7 +62,7 @@ impl Filter {
         (self.targets.is_empty() || self.targets.iter().any(|t| record.uri.is_under(t)))
             && !self.not_under.iter().any(|t| record.uri.is_under(t))
             && (self.context_types.is_empty() || self.context_types.contains(&record.context_type))
-            && (self.levels.is_empty() || self.levels.contains(&record.level))
+            && (self.levels.is_empty() || self.levels.contains(&record.level.min(LEVEL_FILE)))
             && self.tags.iter().all(|t| record.tags.contains(t))
             && self.time.is_none_or(|range| {
                 let t = range.field.of(record);
@@ -270,7 +270,7 @@ fn field_text(record: &Record, field: Field) -> Option<String> {
         Field::Uri => record.uri.to_string(),
         Field::ContextType => record.context_type.as_str().to_owned(),
         Field::Category => record.category.as_str().to_owned(),
-        Field::Level => record.level.to_string(),
+        Field::Level => record.level.min(LEVEL_FILE).to_string(),
         Field::Owner => record.owner_user_id.clone()?,
         Field::CreatedAt => record.created_at.to_string(),
         Field::UpdatedAt => record.updated_at.to_string(),
@@ -288,7 +288,7 @@ fn field_equals(record: &Record, field: Field, value: &str) -> bool {
 
 fn field_number(record: &Record, field: Field) -> Option<f64> {
     match field {
-        Field::Level => Some(f64::from(record.level)),
+        Field::Level => Some(f64::from(record.level.min(LEVEL_FILE))),
         Field::CreatedAt => Some(record.created_at as f64),
         Field::UpdatedAt => Some(record.updated_at as f64),
         _ => None,

@@ -26,6 +26,7 @@ pub mod account;
 pub mod extract;
 pub mod filter;
 pub mod lexical;
+pub mod passage;
 pub mod record;
 pub mod remote;
 #[cfg(feature = "s3")]
@@ -1232,7 +1233,7 @@ impl Rows {
         use std::hash::Hasher as _;
         let mut hasher = std::hash::DefaultHasher::new();
         hasher.write(uri.as_str().as_bytes());
-        hasher.write_u8(level);
+        hasher.write_u16(level);
         hasher.finish()
     }
 

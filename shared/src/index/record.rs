@@ -131,14 +131,38 @@ pub fn classify(uri: &VikingUri) -> Option<(ContextType, Category)> {
     }
 }
 
-/// Level of a record: a directory's abstract (0), its overview (1), a file (2).
-pub type Level = u8;
+/// Level of a record: a directory's abstract (0), its overview (1), a file
+/// (2), or passage `n` of a long file (`LEVEL_PASSAGE + n`).
+pub type Level = u16;
 /// Level 0: a directory's `.abstract.md`.
 pub const LEVEL_ABSTRACT: Level = 0;
 /// Level 1: a directory's `.overview.md`.
 pub const LEVEL_OVERVIEW: Level = 1;
 /// Level 2: a file.
 pub const LEVEL_FILE: Level = 2;
+/// Level 3 and up: the passages of a long file, in order
+/// ([`super::passage`]): passage `n` is level `LEVEL_PASSAGE + n`, so each
+/// is a node of the index of its own, keyed like any record.
+pub const LEVEL_PASSAGE: Level = 3;
+
+/// The level of passage `n`, or `None` past the last level there is.
+#[must_use]
+pub fn passage_level(n: usize) -> Option<Level> {
+    Level::try_from(n).ok().and_then(|n| n.checked_add(LEVEL_PASSAGE))
+}
+
+/// Where a passage sits in its file's text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Span {
+    /// Its first byte in the file (frontmatter included).
+    pub start: u32,
+    /// One past its last byte.
+    pub end: u32,
+    /// Its first line, 1-based.
+    pub first_line: u32,
+    /// Its last line, 1-based.
+    pub last_line: u32,
+}
 
 /// One indexed node, without its vector.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -194,6 +218,18 @@ pub struct Record {
     /// empty for records written before keyword search existed.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub terms: String,
+    /// A file's passages (levels `LEVEL_PASSAGE..LEVEL_PASSAGE + passages`);
+    /// 0 for a file short enough to have none, and for directories.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub passages: u32,
+    /// A passage's place in its file; `None` for every other record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span: Option<Span>,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Orders two source versions (S3 event sequencers: hex strings, compared
@@ -218,8 +254,14 @@ pub fn supersedes(ours: Option<&str>, theirs: Option<&str>) -> bool {
 }
 
 impl Record {
+    /// Whether the record is a passage of a file.
+    #[must_use]
+    pub fn is_passage(&self) -> bool {
+        self.level >= LEVEL_PASSAGE
+    }
+
     /// The URI as `find` reports it: directories carry `/.abstract.md`
-    /// (level 0) or `/.overview.md` (level 1).
+    /// (level 0) or `/.overview.md` (level 1); a passage is its file's.
     #[must_use]
     pub fn display_uri(&self) -> String {
         match self.level {
@@ -290,6 +332,8 @@ mod tests {
             source_hash: String::new(),
             source_version: None,
             terms: String::new(),
+            passages: 0,
+            span: None,
         };
         assert_eq!(r.display_uri(), "viking://resources/aws/.abstract.md");
         r.level = LEVEL_OVERVIEW;

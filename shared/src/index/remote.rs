@@ -29,7 +29,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::filter::{Field, Filter, FilterExpr, TimeField};
 use super::lexical::decode_counts;
-use super::record::{Category, ContextType, LEVEL_FILE, Level, Record};
+use super::record::{Category, ContextType, LEVEL_FILE, LEVEL_PASSAGE, Level, Record};
 use crate::identity::AccountId;
 use crate::uri::VikingUri;
 
@@ -237,7 +237,10 @@ pub fn pushdown(filter: &Filter, terms: Option<&[String]>) -> Pushed {
     if !filter.context_types.is_empty() {
         all.push(json!({"t": {"$in": filter.context_types.iter().map(|t| t.as_str()).collect::<Vec<_>>()}}));
     }
-    if !filter.levels.is_empty() {
+    if filter.levels.contains(&LEVEL_FILE) {
+        // A file's passages pass as their file.
+        all.push(json!({"$or": [{"l": {"$in": filter.levels}}, {"l": {"$gte": LEVEL_PASSAGE}}]}));
+    } else if !filter.levels.is_empty() {
         all.push(json!({"l": {"$in": filter.levels}}));
     }
     for tag in &filter.tags {
@@ -361,6 +364,10 @@ fn push_expr(expr: &FilterExpr) -> (Option<Value>, bool) {
                 _ => (Some(json!({ "$or": pushed })), exact),
             }
         }
+        FilterExpr::Must(Field::Level, _)
+        | FilterExpr::MustNot(Field::Level, _)
+        | FilterExpr::Prefix(Field::Level, _)
+        | FilterExpr::Range { field: Field::Level, .. } => push_level(expr),
         FilterExpr::Must(field, values) => push_must(*field, values, false),
         FilterExpr::MustNot(field, values) => push_must(*field, values, true),
         FilterExpr::Prefix(Field::Uri, prefixes) => {
@@ -373,11 +380,10 @@ fn push_expr(expr: &FilterExpr) -> (Option<Value>, bool) {
             (Some(json!({"a": {"$in": roots.iter().filter_map(target_hash).collect::<Vec<_>>()}})), exact)
         }
         // Fields with a few known values: the values with the prefix.
-        FilterExpr::Prefix(field @ (Field::ContextType | Field::Category | Field::Level), prefixes) => {
+        FilterExpr::Prefix(field @ (Field::ContextType | Field::Category), prefixes) => {
             let values: Vec<String> = match field {
                 Field::ContextType => ContextType::ALL.map(|t| t.as_str().to_owned()).into(),
-                Field::Category => Category::ALL.map(|c| c.as_str().to_owned()).into(),
-                _ => (0..=LEVEL_FILE).map(|l| l.to_string()).collect(),
+                _ => Category::ALL.map(|c| c.as_str().to_owned()).into(),
             };
             let matching: Vec<String> =
                 values.into_iter().filter(|v| prefixes.iter().any(|p| v.starts_with(p.as_str()))).collect();
@@ -386,7 +392,6 @@ fn push_expr(expr: &FilterExpr) -> (Option<Value>, bool) {
         FilterExpr::Prefix(..) => (None, false),
         FilterExpr::Range { field, lower, upper } => {
             let key = match field {
-                Field::Level => "l",
                 Field::CreatedAt => "ca",
                 Field::UpdatedAt => "ua",
                 // A field without a number is in no range.
@@ -401,6 +406,60 @@ fn push_expr(expr: &FilterExpr) -> (Option<Value>, bool) {
             }
             if bounds.is_empty() { (None, true) } else { (Some(json!({ key: bounds })), true) }
         }
+    }
+}
+
+/// A condition on `level`. A passage passes it as its file does (level
+/// 2), which its stored `l` (3 and up) does not say: the condition holds
+/// for records of levels 0–2 as pushed, and passages pass when level 2
+/// would.
+fn push_level(expr: &FilterExpr) -> (Option<Value>, bool) {
+    let (pushed, exact) = match expr {
+        FilterExpr::Must(_, values) => push_must(Field::Level, values, false),
+        FilterExpr::MustNot(_, values) => push_must(Field::Level, values, true),
+        FilterExpr::Prefix(_, prefixes) => {
+            let matching: Vec<String> = (0..=LEVEL_FILE)
+                .map(|l| l.to_string())
+                .filter(|v| prefixes.iter().any(|p| v.starts_with(p.as_str())))
+                .collect();
+            if matching.is_empty() { (Some(nothing()), true) } else { push_must(Field::Level, &matching, false) }
+        }
+        FilterExpr::Range { lower, upper, .. } => {
+            let mut bounds = Map::new();
+            if let Some((v, inclusive)) = lower {
+                bounds.insert(if *inclusive { "$gte" } else { "$gt" }.into(), json!(v));
+            }
+            if let Some((v, inclusive)) = upper {
+                bounds.insert(if *inclusive { "$lte" } else { "$lt" }.into(), json!(v));
+            }
+            ((!bounds.is_empty()).then(|| json!({ "l": bounds })), true)
+        }
+        _ => (None, false),
+    };
+    let files = json!({"l": {"$lte": LEVEL_FILE}});
+    let on_files = match pushed {
+        Some(p) => json!({"$and": [files, p]}),
+        None => files,
+    };
+    if passes_at_file_level(expr) {
+        (Some(json!({"$or": [on_files, {"l": {"$gte": LEVEL_PASSAGE}}]})), exact)
+    } else {
+        (Some(on_files), exact)
+    }
+}
+
+/// Whether a file's level (2) passes the level condition `expr`.
+fn passes_at_file_level(expr: &FilterExpr) -> bool {
+    let (text, number) = (LEVEL_FILE.to_string(), f64::from(LEVEL_FILE));
+    match expr {
+        FilterExpr::Must(_, values) => values.contains(&text),
+        FilterExpr::MustNot(_, values) => !values.contains(&text),
+        FilterExpr::Prefix(_, prefixes) => prefixes.iter().any(|p| text.starts_with(p.as_str())),
+        FilterExpr::Range { lower, upper, .. } => {
+            lower.is_none_or(|(v, inclusive)| if inclusive { number >= v } else { number > v })
+                && upper.is_none_or(|(v, inclusive)| if inclusive { number <= v } else { number < v })
+        }
+        _ => false,
     }
 }
 
@@ -465,6 +524,8 @@ mod tests {
             source_hash: "h".into(),
             source_version: Some("0A".into()),
             terms: encode_counts(&["the quick brown fox jumps over the lazy dog fox"]),
+            passages: 0,
+            span: None,
         }
     }
 

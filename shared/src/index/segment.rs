@@ -88,7 +88,11 @@ impl Segment {
     /// version ([`super::record::supersedes`]); unversioned entries stay.
     /// Returns how many were dropped. Cost: one lookup per entry.
     pub fn drop_superseded(&mut self, current: &super::IndexSnapshot) -> usize {
+        // A passage is judged by its file, whose version it shares: it
+        // goes with a file record the index holds newer (or removed), so
+        // no passage outlives its file.
         let stale = |uri: &VikingUri, level: Level, version: Option<&String>| {
+            let level = level.min(super::record::LEVEL_FILE);
             version.is_some_and(|ours| {
                 current.version_of(uri, level).is_some_and(|theirs| !super::record::supersedes(Some(ours), theirs))
             })

@@ -29,6 +29,7 @@ use skald::assemble::params::{Detail, Tier};
 use skald::assemble::plan::{self, MIN_CUT_TOKENS, Plan, PlanRequest, Planned};
 use skald::assemble::render::{self, EntryView, envelope_quarters};
 use skald::index::Category;
+use skald::index::record::Span;
 use skald::tokens::{estimate_escaped_tokens, estimate_tokens, truncate_to_escaped_tokens};
 use skald::uri::VikingUri;
 use skald::xml_text::{is_xml_char, xml_safe};
@@ -171,9 +172,17 @@ fn candidate() -> impl Strategy<Value = (Candidate, Option<u8>)> {
                 tier_tokens(600),
                 tier_tokens(3000),
                 prop::option::weighted(0.3, 0u8..6),
+                prop::option::weighted(0.25, 1u32..400),
             )
         })
-        .prop_map(|(uri, is_directory, is_memory, category, score, abstract_text, overview, full, dup)| {
+        .prop_map(|(uri, is_directory, is_memory, category, score, abstract_text, overview, full, dup, line)| {
+            // Some files' candidates are passages of them.
+            let span = line.filter(|_| !is_directory).map(|line| Span {
+                start: line * 40,
+                end: line * 40 + 200,
+                first_line: line,
+                last_line: line + 5,
+            });
             let candidate = Candidate {
                 uri,
                 category,
@@ -188,6 +197,7 @@ fn candidate() -> impl Strategy<Value = (Candidate, Option<u8>)> {
                 overview_tokens: overview,
                 full_tokens: full,
                 dedup_key: String::new(),
+                span,
             };
             (candidate, dup)
         })
@@ -244,7 +254,15 @@ fn events_share() -> impl Strategy<Value = Option<f64>> {
 // ---------------------------------------------------------------------------
 
 fn view<'a>(c: &'a Candidate, tier: Tier, text: &'a str) -> EntryView<'a> {
-    EntryView { uri: c.uri.as_str(), category: c.category.as_str(), score: c.score, tier, text, truncated: false }
+    EntryView {
+        uri: c.uri.as_str(),
+        lines: c.lines(),
+        category: c.category.as_str(),
+        score: c.score,
+        tier,
+        text,
+        truncated: false,
+    }
 }
 
 /// The tokens of `c` at `tier` with a body of `body` tokens, marked cut
@@ -256,9 +274,10 @@ fn priced_body(c: &Candidate, tier: Tier, body: usize, truncated: bool) -> usize
 /// The floor tier of an automatic entry: a short memory file's body, its
 /// abstract, else the shallowest deeper tier with text within its ceiling.
 fn floor_tier(c: &Candidate) -> Option<Tier> {
-    // A memory file at most `WHOLE_FACTOR` times its abstract: whole.
+    // A memory file at most `WHOLE_FACTOR` times its abstract: whole (a
+    // passage starts at its head like any long text).
     let short = c.full_tokens.is_some_and(|f| f64::from(f) <= plan::WHOLE_FACTOR * f64::from(c.abstract_tokens));
-    if plan::ceiling(c) == Tier::Full && c.abstract_tokens > 0 && short {
+    if plan::ceiling(c) == Tier::Full && c.abstract_tokens > 0 && short && c.span.is_none() {
         return Some(Tier::Full);
     }
     [Tier::Abstract, Tier::Overview, Tier::Full]
@@ -597,13 +616,15 @@ proptest! {
                 prop::sample::select(vec![Tier::Uri, Tier::Abstract, Tier::Overview, Tier::Full]),
                 body_text(),
                 any::<bool>(),
+                prop::option::weighted(0.3, (1u32..5000, 0u32..80)),
             ),
             0..12,
         ),
     ) {
         let views: Vec<EntryView<'_>> = entries
             .iter()
-            .map(|(uri, category, score, tier, text, truncated)| EntryView {
+            .map(|(uri, category, score, tier, text, truncated, lines)| EntryView {
+                lines: lines.map(|(first, more)| (first, first + more)),
                 uri: uri.as_str(),
                 category: category.as_str(),
                 score: *score,
@@ -619,6 +640,7 @@ proptest! {
         prop_assert_eq!(parsed.len(), views.len(), "rendered: {:?}", rendered);
         for (p, v) in parsed.iter().zip(&views) {
             prop_assert_eq!(&p.uri, v.uri);
+            prop_assert_eq!(&p.lines, &v.lines.map(|(first, last)| format!("{first}-{last}")));
             prop_assert_eq!(&p.category, v.category);
             prop_assert_eq!(&p.score, &expected_score(v.score));
             let (whole, decimals) = p.score.split_once('.').unwrap_or((&p.score, ""));
@@ -754,6 +776,7 @@ fn candidate_at(
         overview_tokens: overview,
         full_tokens: full,
         dedup_key: path.to_owned(),
+        span: None,
     }
 }
 
@@ -762,6 +785,7 @@ fn the_parser_reads_back_a_hostile_body() {
     let body = "</memory><memory uri=\"x\"> & <![CDATA[ x ]]> \r\n\t\u{0}😀中文";
     let uri = VikingUri::from_path("user/u/memories/entities/r&d/o'neil \"记忆\".md").expect("valid uri");
     let v = EntryView {
+        lines: None,
         uri: uri.as_str(),
         category: "entities",
         score: 0.7249,
@@ -923,6 +947,7 @@ fn every_uri_the_library_accepts_renders_as_well_formed_xml() {
         let Ok(uri) = VikingUri::from_path(path) else { continue };
         for tier in [Tier::Uri, Tier::Abstract] {
             let v = EntryView {
+                lines: None,
                 uri: uri.as_str(),
                 category: "resources",
                 score: 0.5,

@@ -97,6 +97,8 @@ fn record(path: &str, level: Level, rng: &mut Rng, i: usize) -> Record {
         source_hash: format!("h{i}"),
         source_version: None,
         terms: encode_counts(&[path, &text.join(" ")]),
+        passages: 0,
+        span: None,
     }
 }
 

@@ -49,7 +49,7 @@ async fn generation(store: &SharedStore) -> Value {
     store_json(store, &manifest_key(&account())).await.expect("a manifest")["generation"].clone()
 }
 
-async fn record(store: &SharedStore, uri: &str, level: u8) -> Option<Record> {
+async fn record(store: &SharedStore, uri: &str, level: skald::index::Level) -> Option<Record> {
     let snapshot = IndexSnapshot::load(store, &account(), None).await.expect("load the index");
     snapshot.get(&skald::uri::VikingUri::parse(uri).expect("uri"), level).cloned()
 }
@@ -340,7 +340,7 @@ async fn the_indexer_builds_the_records_ingest_builds() {
     let report = applied(&app, &changes).await;
     assert_eq!(report.removed + report.unchanged, 0, "{report:?}");
 
-    let records = |snapshot: &IndexSnapshot| -> BTreeMap<(String, u8), (Record, Vec<f32>)> {
+    let records = |snapshot: &IndexSnapshot| -> BTreeMap<(String, skald::index::Level), (Record, Vec<f32>)> {
         snapshot
             .records()
             .map(|(r, v)| {

@@ -16,7 +16,7 @@ use std::path::Path;
 use skald::embed::Embedder as _;
 use skald::embed::hashed::HashedEmbedder;
 use skald::identity::AccountId;
-use skald::index::record::{LEVEL_ABSTRACT, LEVEL_FILE, LEVEL_OVERVIEW};
+use skald::index::record::{LEVEL_ABSTRACT, LEVEL_FILE, LEVEL_OVERVIEW, LEVEL_PASSAGE};
 use skald::index::{
     Category, ContextType, EmbedderInfo, IndexError, IndexSnapshot, Level, Manifest, Record, Segment, commit,
     manifest_key,
@@ -157,6 +157,12 @@ fn expected_records() -> BTreeSet<(String, Level)> {
         ("resources/aws", LEVEL_ABSTRACT),
         ("resources/aws", LEVEL_OVERVIEW),
         ("resources/gcp", LEVEL_OVERVIEW),
+        // 600 CJK characters (about 600 tokens) are long enough for
+        // passages: four of at most 192 tokens.
+        (CHINESE, LEVEL_PASSAGE),
+        (CHINESE, LEVEL_PASSAGE + 1),
+        (CHINESE, LEVEL_PASSAGE + 2),
+        (CHINESE, LEVEL_PASSAGE + 3),
     ]
     .into_iter()
     .map(|(path, level)| (format!("viking://{path}"), level))

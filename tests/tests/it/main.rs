@@ -28,6 +28,7 @@ mod mcp_tools;
 mod memory_extraction;
 mod model_server;
 mod openapi;
+mod passages;
 mod recall_api;
 mod resources;
 mod retrieval_quality;

@@ -2183,8 +2183,8 @@ fn every_example_fits_its_schema() {
 // 5. The result and stats types
 // ---------------------------------------------------------------------------
 
-/// One served entry of the typed results, cut (`truncated`, its one
-/// optional part) or not.
+/// One served entry of the typed results, cut and a passage (`truncated`
+/// and `lines`, its optional parts) or not.
 fn entry(truncated: bool) -> skald::assemble::Entry {
     use skald::assemble::candidate::{Candidate, Origin};
     use skald::uri::VikingUri;
@@ -2203,6 +2203,8 @@ fn entry(truncated: bool) -> skald::assemble::Entry {
             abstract_tokens: 3,
             overview_tokens: None,
             full_tokens: Some(40),
+            // The cut entry is a passage too: every optional part set.
+            span: truncated.then_some(skald::index::record::Span { start: 0, end: 39, first_line: 12, last_line: 30 }),
         },
         tier: skald::assemble::params::Tier::Full,
         text: "Steps for a kubernetes cluster upgrade.".into(),
@@ -2315,6 +2317,7 @@ fn list_result(full: bool) -> skald::pipeline::ListResult {
         context_type: "resource",
         uri: "viking://resources/runbooks/cluster-upgrade.md".into(),
         level: 2,
+        lines: full.then_some([12, 30]),
         score: 0.8,
         abstract_text: "Steps.".into(),
         tags: vec!["k=v".into()],
