@@ -186,16 +186,28 @@ fn cut_cost(c: &Candidate, tier: Tier, room: usize) -> Option<(usize, usize)> {
 }
 
 /// The tier of `c`'s floor text under `detail = auto`: a short file whole,
-/// else its abstract (a passage's head), or for a node without one the
-/// shallowest deeper text within its ceiling. A passage starts at its head
-/// and grows to `full` in the upgrade rounds: whole from round 0, passages
-/// of about 200 tokens crowd a tight budget (at 300 tokens the retrieval
-/// set's relevant-with-text share fell from 0.714 to 0.681).
+/// else its abstract (a passage's head, when [`passage_whole`] does not
+/// show it whole), or for a node without one the shallowest deeper text
+/// within its ceiling.
 fn floor_tier(c: &Candidate) -> Option<Tier> {
     if short_enough_whole(c) && c.span.is_none() {
         return Some(Tier::Full);
     }
     [Tier::Abstract, Tier::Overview, Tier::Full].into_iter().find(|t| *t <= ceiling(c) && body_tokens(c, *t).is_some())
+}
+
+/// `full` when `c` is a passage whose whole text fits `room` (the floor
+/// cap, within what the budget has left): the
+/// match itself is shown whole from round 0 when the budget is roomy (at
+/// 1600 tokens, a quarter of it), and starts at its head when it is tight.
+/// Upgrading it later would come too late: the per-entry cap of the
+/// upgrade rounds (twice an even share: 80 tokens for 40 candidates at
+/// 1600) is below a passage, and by the uncapped round the lower-ranked
+/// entries have spent the budget. Whole from round 0 at any budget,
+/// passages crowd a tight one (at 300 tokens the retrieval set's
+/// relevant-with-text share fell from 0.714 to 0.681).
+fn passage_whole(c: &Candidate, room: usize) -> Option<Tier> {
+    (c.span.is_some() && cost(c, Tier::Full).is_some_and(|(tokens, _)| tokens <= room)).then_some(Tier::Full)
 }
 
 /// Whether `c` is a file short enough to show whole from round 0: its
@@ -291,7 +303,11 @@ pub fn plan(candidates: &[Candidate], request: &PlanRequest<'_>) -> Plan {
                     .filter(|(_, tokens, _)| budget.fits(tokens + sep, c.category))
                     .map(|(tier, tokens, body)| Planned { candidate: i, tier, tokens, body_tokens: body, cut: false })
             }
-            None => floor_tier(c).and_then(|tier| {
+            None => {
+                let whole = passage_whole(c, floor_cap.min(budget.room(c.category).saturating_sub(sep)));
+                whole.or_else(|| floor_tier(c))
+            }
+            .and_then(|tier| {
                 // The floor cap, but never below the shortest cut: a text
                 // beats a bare URI even when many candidates share a small
                 // budget.
@@ -428,6 +444,27 @@ mod tests {
 
     fn auto(max_tokens: usize) -> PlanRequest<'static> {
         PlanRequest { max_tokens, detail: &Detail::Auto, events_budget_share: None }
+    }
+
+    #[test]
+    fn a_passage_is_whole_in_a_roomy_block_and_starts_at_its_head_in_a_tight_one() {
+        let mut passage = cand("resources/guide.md", Category::Resources, 0.9, (100, None, Some(190)));
+        passage.span = Some(crate::index::record::Span { start: 900, end: 1700, first_line: 40, last_line: 46 });
+        let mut cs = vec![passage];
+        // Forty lower-ranked memories whose bodies would take any spare room.
+        cs.extend(
+            (0..39)
+                .map(|i| cand(&format!("user/u/memories/events/e{i}.md"), Category::Events, 0.5, (20, None, Some(45)))),
+        );
+        let roomy = plan(&cs, &auto(1600));
+        assert_eq!(roomy.entries[0].tier, Tier::Full, "{:?}", tiers(&roomy));
+        assert!(!roomy.entries[0].cut);
+        let tight = plan(&cs, &auto(300));
+        assert_eq!(tight.entries[0].tier, Tier::Abstract, "{:?}", tiers(&tight));
+        assert!(tight.entries.len() > 2, "the passage leaves room for others: {:?}", tiers(&tight));
+        // Without a span the same file stops at its abstract (a resource).
+        cs[0].span = None;
+        assert_eq!(plan(&cs, &auto(1600)).entries[0].tier, Tier::Abstract);
     }
 
     #[test]
