@@ -10,7 +10,8 @@ pub(crate) const NO_MEMORIES: &str = "No relevant memories found.";
 pub(crate) const NO_BOOTSTRAP: &str = "No session-start context found.";
 
 /// A find result (`{memories, resources, skills, …}`) as the reference's
-/// list: `Found N item(s):`, then per hit `- [type NN%] uri` and its
+/// list: `Found N item(s):`, then per hit `- [type NN%] uri` (with
+/// ` (lines A-B)` when a passage of the file matched) and its
 /// abstract (else overview, else `(no abstract)`) indented — plus its body
 /// when `read_content` asked for it — and a pointer to `read`.
 pub(crate) fn find_result(result: &Value) -> String {
@@ -25,7 +26,12 @@ pub(crate) fn find_result(result: &Value) -> String {
                 .filter_map(|k| item[*k].as_str())
                 .find(|s| !s.trim().is_empty())
                 .unwrap_or("(no abstract)");
-            let mut line = format!("- [{kind} {score:.0}%] {uri}\n    {summary}");
+            // Where in the file the passage that matched is.
+            let range = match item["lines"].as_array().map(Vec::as_slice) {
+                Some([first, last]) => format!(" (lines {first}-{last})"),
+                _ => String::new(),
+            };
+            let mut line = format!("- [{kind} {score:.0}%] {uri}{range}\n    {summary}");
             if let Some(content) = item["content"].as_str().filter(|c| !c.trim().is_empty()) {
                 line.push_str("\n    content:");
                 for text in content.trim_end().lines() {
@@ -93,13 +99,16 @@ mod tests {
     fn find_results_read_as_the_reference_lists_them() {
         let result = json!({
             "memories": [{"context_type": "memory", "uri": "viking://user/u/memories/a.md", "score": 0.875, "abstract": "A."}],
-            "resources": [{"context_type": "resource", "uri": "viking://resources/r/.abstract.md", "score": 0.5, "abstract": "", "overview": "R."}],
+            "resources": [
+                {"context_type": "resource", "uri": "viking://resources/r/.abstract.md", "score": 0.5, "abstract": "", "overview": "R."},
+                {"context_type": "resource", "uri": "viking://resources/r/guide.md", "level": 2, "lines": [40, 46], "score": 0.5, "abstract": "Backups."}
+            ],
             "skills": [{"uri": "viking://agent/skills/s", "score": 0.1234, "abstract": "", "content": "line 1\nline 2\n"}],
             "total": 3,
         });
         assert_eq!(
             find_result(&result),
-            "Found 3 item(s):\n\n- [memory 88%] viking://user/u/memories/a.md\n    A.\n- [resource 50%] viking://resources/r/.abstract.md\n    R.\n- [skill 12%] viking://agent/skills/s\n    (no abstract)\n    content:\n      line 1\n      line 2\n\nUse the read tool to expand a URI."
+            "Found 4 item(s):\n\n- [memory 88%] viking://user/u/memories/a.md\n    A.\n- [resource 50%] viking://resources/r/.abstract.md\n    R.\n- [resource 50%] viking://resources/r/guide.md (lines 40-46)\n    Backups.\n- [skill 12%] viking://agent/skills/s\n    (no abstract)\n    content:\n      line 1\n      line 2\n\nUse the read tool to expand a URI."
         );
         assert_eq!(find_result(&json!({"memories": [], "resources": [], "skills": [], "total": 0})), NO_MATCH);
     }
