@@ -264,7 +264,8 @@ pub(crate) fn render_within(entries: &mut Vec<Entry>, max_tokens: usize) -> (Str
 /// Its stats are [`AssemblyStats`]; `used_tokens ≤ max_tokens` always.
 ///
 /// Cost: one embedding call for all queries, one search per scope and
-/// query, one read per entry at `overview` or `full` (8 at a time).
+/// query, one read per object an entry at `overview` or `full` shows (a
+/// file once for all its passages), 16 at a time.
 ///
 /// # Errors
 /// When the embedder or store fails, or the index was built by another

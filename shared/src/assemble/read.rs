@@ -48,8 +48,6 @@ impl Shown {
         Self { tier: Tier::Uri, text: String::new(), truncated: false }
     }
 }
-/// A read's outcome: bytes fetched, or why it failed.
-type ReadResult = Result<u64, String>;
 
 /// Reads in flight at once: 16, so that a 4000-token block's reads (up to
 /// 10 at the demo's p95, more with short memories whole) take one round
@@ -102,60 +100,78 @@ fn fallback(c: &Candidate, body_tokens: usize) -> Shown {
     }
 }
 
+/// A plan entry to read: its place in the plan, and the entry.
+type Slot = (usize, Planned);
+
 /// Reads what `plan` needs and returns every entry's final tier and text.
 ///
-/// Cost: one GET per entry at `overview` or `full`, [`READ_CONCURRENCY`]
-/// in flight.
+/// Cost: one GET per object an entry at `overview` or `full` is read from
+/// (a file's passages share theirs), [`READ_CONCURRENCY`] in flight.
 pub async fn read_planned(store: &SharedStore, account: &AccountId, candidates: &[Candidate], plan: &Plan) -> Reads {
     // Entries that need no read are settled now; only reads go through the
-    // window, so `n` reads take ceil(n / READ_CONCURRENCY) rounds.
-    let mut results: Vec<(Shown, Option<ReadResult>)> = plan
+    // window, so `n` objects take ceil(n / READ_CONCURRENCY) rounds.
+    let mut results: Vec<Shown> = plan
         .entries
         .iter()
         .map(|p| match p.tier {
-            Tier::Abstract => (Shown::fitted(Tier::Abstract, &candidates[p.candidate].abstract_text, p), None),
-            _ => (Shown::bare(), None),
+            Tier::Abstract => Shown::fitted(Tier::Abstract, &candidates[p.candidate].abstract_text, p),
+            _ => Shown::bare(),
         })
         .collect();
-    let jobs =
-        plan.entries.iter().copied().enumerate().filter(|(_, p)| matches!(p.tier, Tier::Overview | Tier::Full)).map(
-            |(slot, p)| {
-                let c = &candidates[p.candidate];
-                let tier = p.tier;
-                async move {
-                    let Some(key) = key_for(account, c) else { return (slot, (fallback(c, p.body_tokens), None)) };
-                    let outcome = match store.get(&key).await {
-                        Ok(object) => {
-                            let size = object.body.len() as u64;
-                            let body = String::from_utf8_lossy(&object.body);
-                            let read = match extract(c, tier, &body) {
-                                Some(text) => {
-                                    let shown = Shown::fitted(tier, &text, &p);
-                                    if shown.text.is_empty() { fallback(c, p.body_tokens) } else { shown }
-                                }
-                                None => fallback(c, p.body_tokens),
-                            };
-                            (read, Some(Ok(size)))
-                        }
-                        Err(e) => {
-                            let message = match &e {
-                                StoreError::NotFound(_) => format!("{} is in the index but not in the store", c.uri),
-                                other => other.to_string(),
-                            };
-                            (fallback(c, p.body_tokens), Some(Err(message)))
-                        }
-                    };
-                    (slot, outcome)
-                }
-            },
-        );
-    let reads: Vec<_> = stream::iter(jobs).buffered(READ_CONCURRENCY).collect().await;
-    for (slot, outcome) in reads {
-        results[slot] = outcome;
+    // One GET per object: a file whose passages are several entries is
+    // read once for all of them.
+    let mut by_key: Vec<(Option<String>, Vec<Slot>)> = Vec::new();
+    for (slot, p) in
+        plan.entries.iter().copied().enumerate().filter(|(_, p)| matches!(p.tier, Tier::Overview | Tier::Full))
+    {
+        let key = key_for(account, &candidates[p.candidate]);
+        match by_key.iter_mut().find(|(k, _)| key.is_some() && *k == key) {
+            Some((_, slots)) => slots.push((slot, p)),
+            None => by_key.push((key, vec![(slot, p)])),
+        }
     }
+    let jobs = by_key.into_iter().map(|(key, slots)| async move {
+        let Some(key) = key else {
+            let settled = slots.iter().map(|(slot, p)| (*slot, fallback(&candidates[p.candidate], p.body_tokens)));
+            return (settled.collect::<Vec<_>>(), None);
+        };
+        match store.get(&key).await {
+            Ok(object) => {
+                let size = object.body.len() as u64;
+                let body = String::from_utf8_lossy(&object.body);
+                let shown = slots
+                    .iter()
+                    .map(|(slot, p)| {
+                        let c = &candidates[p.candidate];
+                        let read = match extract(c, p.tier, &body) {
+                            Some(text) => {
+                                let shown = Shown::fitted(p.tier, &text, p);
+                                if shown.text.is_empty() { fallback(c, p.body_tokens) } else { shown }
+                            }
+                            None => fallback(c, p.body_tokens),
+                        };
+                        (*slot, read)
+                    })
+                    .collect();
+                (shown, Some(Ok(size)))
+            }
+            Err(e) => {
+                let uri = &candidates[slots[0].1.candidate].uri;
+                let message = match &e {
+                    StoreError::NotFound(_) => format!("{uri} is in the index but not in the store"),
+                    other => other.to_string(),
+                };
+                let shown = slots.iter().map(|(slot, p)| (*slot, fallback(&candidates[p.candidate], p.body_tokens)));
+                (shown.collect(), Some(Err(message)))
+            }
+        }
+    });
+    let reads: Vec<_> = stream::iter(jobs).buffered(READ_CONCURRENCY).collect().await;
     let mut out = Reads::default();
-    for (text, read) in results {
-        out.texts.push(text);
+    for (shown, read) in reads {
+        for (slot, text) in shown {
+            results[slot] = text;
+        }
         match read {
             Some(Ok(bytes)) => {
                 out.reads += 1;
@@ -170,5 +186,6 @@ pub async fn read_planned(store: &SharedStore, account: &AccountId, candidates: 
             None => {}
         }
     }
+    out.texts = results;
     out
 }

@@ -137,6 +137,19 @@ async fn a_question_answered_deep_in_a_long_document_gets_that_paragraph() {
     let entry = entries.iter().find(|e| e["lines"] == lines).unwrap_or_else(|| panic!("{block}"));
     assert_eq!((entry["uri"].as_str(), entry["detail"].as_str()), (Some(GUIDE_URI), Some("full")));
     assert!(!entries.iter().any(|e| e["uri"] == GUIDE_URI && e.get("lines").is_none()), "the passage speaks for it");
+    // One GET per object, however many of its passages are read.
+    let topics = json!({"query": "kettle lantern harbor meadow procedure", "mode": "context", "max_tokens": 2000, "search_type": "keywords"});
+    let (status, several) = search(&app, &topics).await;
+    assert_eq!(status, 200, "{several}");
+    let entries = several["result"]["entries"].as_array().expect("entries");
+    let read: std::collections::BTreeSet<&str> = entries
+        .iter()
+        .filter(|e| matches!(e["detail"].as_str(), Some("full" | "overview")))
+        .filter_map(|e| e["uri"].as_str())
+        .collect();
+    let guide_reads = entries.iter().filter(|e| e["uri"] == GUIDE_URI && e["detail"] == "full").count();
+    assert!(guide_reads >= 2, "several passages of the guide at full: {several}");
+    assert_eq!(several["result"]["stats"]["reads"].as_u64(), Some(read.len() as u64), "{several}");
     let read = format!("/api/v1/content/read?uri={GUIDE_URI}&offset={}&limit={}", first - 1, last - first + 1);
     let reply = call(&app, Handler::Content, "GET", &read, &[], None).await;
     assert_eq!(reply.status, 200, "{}", reply.text);
