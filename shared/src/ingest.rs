@@ -216,12 +216,15 @@ pub fn file_record(uri: &VikingUri, text: &str, times: Times, options: &IngestOp
 /// and sharing the file's source hash and times. Empty when the URI is
 /// never indexed.
 ///
-/// Cost: one pass over the text per passage built, plus the file's.
+/// Cost: the file's record, one pass over the text to cut it, and a
+/// token estimate and term count of each passage.
 #[must_use]
 pub fn file_records(uri: &VikingUri, text: &str, times: Times, options: &IngestOptions) -> Vec<Pending> {
     let Some(mut file) = file_record(uri, text, times, options) else { return Vec::new() };
     let pieces = passage::split(text, &options.passages);
     let name = name_words(uri);
+    // What a passage shares with its file (not the file's own texts).
+    let shared = Record { abstract_text: String::new(), terms: String::new(), ..file.record.clone() };
     let mut out = Vec::with_capacity(pieces.len() + 1);
     for (n, piece) in pieces.into_iter().enumerate() {
         let (Some(level), Ok(start), Ok(end)) =
@@ -242,7 +245,7 @@ pub fn file_records(uri: &VikingUri, text: &str, times: Times, options: &IngestO
                 terms: encode_counts(&[&name, &piece.headings, body]),
                 passages: 0,
                 span: Some(Span { start, end, first_line: piece.first_line, last_line: piece.last_line }),
-                ..file.record.clone()
+                ..shared.clone()
             },
             embed_text: cut_to_bytes(&format!("{context}\n{body}"), options.embed_max_bytes).to_owned(),
         });

@@ -133,7 +133,7 @@ async fn directories(app: &App) -> HashMap<String, bool> {
     let snapshot = app.index.snapshot(&account()).await.unwrap_or_else(|e| fail("index", e));
     let mut out: HashMap<String, bool> = HashMap::new();
     for (record, _) in snapshot.records() {
-        *out.entry(record.uri.as_str().to_owned()).or_default() |= record.level != LEVEL_FILE;
+        *out.entry(record.uri.as_str().to_owned()).or_default() |= record.level < LEVEL_FILE;
     }
     out
 }
