@@ -489,12 +489,17 @@ const PASSAGE_OVERFETCH: usize = 3;
 /// Adds `found` to `hits` one node at a time — a file and its passages
 /// are one node, shown as the best of them — and leaves `hits` best first.
 fn collapse<'a>(hits: &mut Vec<Hit<'a>>, found: Vec<Hit<'a>>) {
-    let level = |h: &Hit<'_>| h.record.level.min(LEVEL_FILE);
+    let node = |h: &Hit<'_>| (h.record.uri.clone(), h.record.level.min(LEVEL_FILE));
+    let mut at: std::collections::HashMap<(VikingUri, Level), usize> =
+        hits.iter().enumerate().map(|(i, h)| (node(h), i)).collect();
     for hit in found {
-        match hits.iter_mut().find(|h| h.record.uri == hit.record.uri && level(h) == level(&hit)) {
-            Some(kept) if hit.score > kept.score => *kept = hit,
+        match at.get(&node(&hit)) {
+            Some(&i) if hit.score > hits[i].score => hits[i] = hit,
             Some(_) => {}
-            None => hits.push(hit),
+            None => {
+                at.insert(node(&hit), hits.len());
+                hits.push(hit);
+            }
         }
     }
     hits.sort_by(|a, b| b.score.total_cmp(&a.score));
