@@ -76,6 +76,9 @@ REQUIRED_ARGS = {
 HANDSHAKE_VERSIONS = ("2025-06-18", "2025-11-25")
 MODERN_VERSION = "2026-07-28"
 URI_RE = re.compile(r"viking://[^\s\"'<>)\]]+")
+# A hit line of `find`'s text: `- [type NN%] uri` (and ` (lines A-B)` for a
+# passage); abstracts below it may quote any URI.
+HIT_RE = re.compile(r"^- \[\w+ \d+%\] (viking://\S+)", re.MULTILINE)
 
 
 class Report:
@@ -309,7 +312,7 @@ async def tool_call_checks(r: Report, session: ClientSession, timeout: float) ->
         err, text = await call(session, "find", args, timeout)
         if bad := expect_ok(err, text):
             return False, bad
-        uris = URI_RE.findall(text)
+        uris = HIT_RE.findall(text)
         outside = [u for u in uris if not u.startswith("viking://resources")]
         if not uris or outside:
             return False, f"URIs outside viking://resources: {outside[:3]}" if outside else f"no URI in {short(text)}"
