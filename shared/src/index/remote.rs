@@ -397,16 +397,21 @@ fn push_expr(expr: &FilterExpr) -> (Option<Value>, bool) {
                 // A field without a number is in no range.
                 _ => return (Some(nothing()), true),
             };
-            let mut bounds = Map::new();
-            if let Some((v, inclusive)) = lower {
-                bounds.insert(if *inclusive { "$gte" } else { "$gt" }.into(), json!(v));
-            }
-            if let Some((v, inclusive)) = upper {
-                bounds.insert(if *inclusive { "$lte" } else { "$lt" }.into(), json!(v));
-            }
-            if bounds.is_empty() { (None, true) } else { (Some(json!({ key: bounds })), true) }
+            (push_range(key, *lower, *upper), true)
         }
     }
+}
+
+/// A range on the metadata key `key` (`None`: no bound, every vector).
+fn push_range(key: &str, lower: Option<(f64, bool)>, upper: Option<(f64, bool)>) -> Option<Value> {
+    let mut bounds = Map::new();
+    if let Some((v, inclusive)) = lower {
+        bounds.insert(if inclusive { "$gte" } else { "$gt" }.into(), json!(v));
+    }
+    if let Some((v, inclusive)) = upper {
+        bounds.insert(if inclusive { "$lte" } else { "$lt" }.into(), json!(v));
+    }
+    (!bounds.is_empty()).then(|| json!({ key: bounds }))
 }
 
 /// A condition on `level`. A passage passes it as its file does (level
@@ -424,16 +429,7 @@ fn push_level(expr: &FilterExpr) -> (Option<Value>, bool) {
                 .collect();
             if matching.is_empty() { (Some(nothing()), true) } else { push_must(Field::Level, &matching, false) }
         }
-        FilterExpr::Range { lower, upper, .. } => {
-            let mut bounds = Map::new();
-            if let Some((v, inclusive)) = lower {
-                bounds.insert(if *inclusive { "$gte" } else { "$gt" }.into(), json!(v));
-            }
-            if let Some((v, inclusive)) = upper {
-                bounds.insert(if *inclusive { "$lte" } else { "$lt" }.into(), json!(v));
-            }
-            ((!bounds.is_empty()).then(|| json!({ "l": bounds })), true)
-        }
+        FilterExpr::Range { lower, upper, .. } => (push_range("l", *lower, *upper), true),
         _ => (None, false),
     };
     let files = json!({"l": {"$lte": LEVEL_FILE}});
