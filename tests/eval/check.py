@@ -17,7 +17,9 @@ questions asked about it later:
         ...],
       "questions": [
         {"id": "q001", "question": "...", "answer": "...",
-         "evidence": ["s03-m012", ...],       # the messages that hold the answer
+         "evidence": ["s03-m012", ...],       # every message that holds (part of) the answer
+         "needs": [["s03-m012", "s03-m013"], ...],  # the parts the answer needs: each a list
+                                              # of evidence messages any one of which states it
          "kind": "fact" | "update" | "temporal" | "multi_session" | "preference" | "detail"
                  | "unanswerable"},
         ...]
@@ -28,11 +30,18 @@ to the conversation's people, places and topics, but which nothing said in
 the conversation answers (a relative never named, a price never given, an
 event never described). It has `"answer": ""` and `"evidence": []`.
 
+`evidence` lists every message that holds the answer, the assistant's
+restatements included; `needs` says what is enough: one message of each
+part. A question is answered by a block when every part has a message in
+it ("answer"), a stricter score asks for every evidence message ("all").
+
 Rules checked: ids unique; message ids are `{session}-m{NNN}`; times are RFC
 3339 with an offset and never go back within the file; every question has a
 text; every question of another kind has an answer and at least one evidence
-id, and every evidence id names a message; an `unanswerable` question has an
-empty answer and empty evidence; at least 8 sessions, 300 messages and 200
+id, and every evidence id names a message; its `needs` (when the file has
+them) is a non-empty list of non-empty parts whose ids are its evidence; an
+`unanswerable` question has an empty answer, empty evidence and no `needs`;
+either every answerable question of a file has `needs` or none has; at least 8 sessions, 300 messages and 200
 questions, of which at least 25 are `unanswerable`; every kind present; an
 `update` question has evidence in two sessions or more, and so has a
 `multi_session` one.
@@ -88,6 +97,8 @@ def check(path):
     ids = set()
     kinds = set()
     unanswerable = 0
+    answerable = 0
+    with_needs = 0
     for q in questions:
         qid = q.get("id")
         if qid in ids:
@@ -109,7 +120,19 @@ def check(path):
                 errors.append(f"{qid}: an unanswerable question has answer {q.get('answer')!r}, not \"\"")
             if evidence:
                 errors.append(f"{qid}: an unanswerable question has evidence {evidence}")
+            if "needs" in q:
+                errors.append(f"{qid}: an unanswerable question has needs")
             continue
+        needs = q.get("needs")
+        if needs is not None:
+            with_needs += 1
+            if not isinstance(needs, list) or not needs or not all(isinstance(p, list) and p for p in needs):
+                errors.append(f"{qid}: needs is not a non-empty list of non-empty parts")
+            else:
+                stray = [e for p in needs for e in p if e not in evidence]
+                if stray:
+                    errors.append(f"{qid}: needs names {stray}, not in its evidence")
+        answerable += 1
         if not isinstance(q.get("answer"), str) or not q["answer"].strip():
             errors.append(f"{qid}: empty answer")
         if not evidence:
@@ -119,6 +142,8 @@ def check(path):
             errors.append(f"{qid}: evidence {missing} names no message")
         if kind in {"update", "multi_session"} and len({messages.get(e) for e in evidence}) < 2:
             errors.append(f"{qid}: a {kind} question needs evidence in two sessions or more")
+    if with_needs not in (0, answerable):
+        errors.append(f"{with_needs} of {answerable} answerable questions have needs: all or none")
     if len(sessions) < 8:
         errors.append(f"{len(sessions)} sessions, fewer than 8")
     if len(messages) < 300:
