@@ -2,7 +2,8 @@
 # Runs every check CI runs: formatting, clippy (warnings denied), the whole
 # test suite — with a local S3-protocol server (moto) for the S3 store and
 # index suites, started here and stopped on exit — the real clients'
-# conformance runs (scripts/conformance.sh) and the template lint.
+# conformance runs (scripts/conformance.sh), scripts/run-local.sh to its
+# ready line with every route's first request timed, and the template lint.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,6 +46,32 @@ SKALD_TEST_INDEX_BACKEND=s3vectors cargo test --locked -p skald-tests --test it 
 # The real clients against a local Skald: OpenViking's plugins, MCP's
 # conformance suite and Inspector, the Python MCP client.
 scripts/conformance.sh
+
+# A newcomer's first minutes: scripts/run-local.sh, as the README gives it,
+# to its ready line (its own build of the functions, the demo ingest), then
+# the first request to every route within 1 s and OpenViking's 404 for any
+# path no function serves (tests/local/first_requests.py).
+local_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+local_log=$(mktemp)
+SKALD_PORT=$local_port setsid scripts/run-local.sh >"$local_log" 2>&1 &
+local_pid=$!
+trap 'kill -TERM $local_pid 2>/dev/null || true; kill $moto_pid 2>/dev/null || true; rm -f "$log" "$local_log"' EXIT
+ready=""
+for _ in $(seq 1 1800); do
+  ready=$(grep '^ready in' "$local_log" || true)
+  [ -n "$ready" ] && break
+  kill -0 $local_pid 2>/dev/null || break
+  sleep 0.5
+done
+if [ -z "$ready" ]; then
+  echo "scripts/run-local.sh never printed its ready line:" >&2
+  tail -50 "$local_log" >&2
+  exit 1
+fi
+echo "scripts/run-local.sh: $ready" >&2
+python3 tests/local/first_requests.py "http://127.0.0.1:$local_port"
+kill -TERM $local_pid
+wait $local_pid 2>/dev/null || true
 
 if command -v cfn-lint >/dev/null 2>&1; then
   cfn-lint infra/template.yaml

@@ -10,8 +10,16 @@
 //! configuration comes from the environment as in the functions
 //! (`SKALD_CONFIG`, `SKALD_STORE`, …).
 //!
+//! With `--upstream URL` it serves the same routes by forwarding each
+//! request, unchanged, to a running `cargo lambda watch` at `URL` (the
+//! functions' own binaries under the Lambda runtime emulator, as
+//! `scripts/run-local.sh` runs them), and answers every other path itself
+//! with OpenViking's 404 envelope: the watch would otherwise route
+//! `/lambda-url/NAME/` to any binary of the workspace (benchmarks, tools),
+//! compiling it inside the request.
+//!
 //! ```text
-//! local_gateway [--port N]     # 0 (default): any free port
+//! local_gateway [--port N] [--upstream URL]   # port 0 (default): any free port
 //! ```
 //!
 //! Prints `listening on http://127.0.0.1:PORT` once bound, then serves
@@ -30,7 +38,7 @@ use skald::app::App;
 use skald::config::Config;
 use tokio::net::TcpListener;
 
-const USAGE: &str = "usage: local_gateway [--port N]   (0, the default: any free port)";
+const USAGE: &str = "usage: local_gateway [--port N] [--upstream URL]   (port 0, the default: any free port)";
 
 /// Prints `local_gateway: {what}: {e}` on stderr and exits with status 1.
 fn fail(what: &str, e: impl std::fmt::Display) -> ! {
@@ -38,24 +46,48 @@ fn fail(what: &str, e: impl std::fmt::Display) -> ! {
     std::process::exit(1)
 }
 
-/// The port of `--port N` (or `--port=N`); 0 when absent.
-fn port_arg(mut args: impl Iterator<Item = String>) -> Result<u16, String> {
-    let mut port = 0;
+/// The gateway's arguments.
+#[derive(Debug, Default)]
+struct Args {
+    /// `--port N` (or `--port=N`); 0 when absent: any free port.
+    port: u16,
+    /// `--upstream URL`: `http://HOST:PORT` of a `cargo lambda watch` to
+    /// forward to; absent: every request is handled in-process.
+    upstream: Option<String>,
+}
+
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
+    let mut parsed = Args::default();
     while let Some(arg) = args.next() {
-        let value = match arg.as_str() {
-            "--port" => args.next().ok_or_else(|| format!("--port needs a value; {USAGE}"))?,
+        let (name, inline) = match arg.split_once('=') {
+            Some((name, value)) => (name.to_owned(), Some(value.to_owned())),
+            None => (arg.clone(), None),
+        };
+        match name.as_str() {
             "-h" | "--help" => {
                 eprintln!("{USAGE}");
                 std::process::exit(0)
             }
-            other => match other.strip_prefix("--port=") {
-                Some(value) => value.to_owned(),
-                None => return Err(format!("unknown argument {other}; {USAGE}")),
-            },
-        };
-        port = value.parse().map_err(|e| format!("--port {value}: {e}"))?;
+            "--port" | "--upstream" => {
+                let value = match inline {
+                    Some(value) => value,
+                    None => args.next().ok_or_else(|| format!("{name} needs a value; {USAGE}"))?,
+                };
+                if name == "--port" {
+                    parsed.port = value.parse().map_err(|e| format!("--port {value}: {e}"))?;
+                } else {
+                    let authority = value
+                        .strip_prefix("http://")
+                        .map(|a| a.trim_end_matches('/'))
+                        .filter(|a| !a.is_empty() && !a.contains('/'))
+                        .ok_or_else(|| format!("--upstream {value}: not http://HOST:PORT"))?;
+                    parsed.upstream = Some(authority.to_owned());
+                }
+            }
+            other => return Err(format!("unknown argument {other}; {USAGE}")),
+        }
     }
-    Ok(port)
+    Ok(parsed)
 }
 
 /// `(path pattern, function)` pairs of the watch router.
@@ -106,9 +138,43 @@ async fn dispatch(function: &str, app: Arc<App>, request: http::Request<Bytes>) 
     }
 }
 
+/// OpenViking's 404 envelope for a path no function serves.
+fn not_found(parts: &http::request::Parts) -> hyper::Response<Full<Bytes>> {
+    let error = skald::api::error::ApiError::NotFound(format!("no route {} {}", parts.method, parts.uri.path()));
+    let (head, body) = skald::api::error_response(&error).into_parts();
+    hyper::Response::from_parts(head, Full::new(Bytes::from(body)))
+}
+
+/// Sends the request on to the `cargo lambda watch` at `upstream` (one
+/// connection per request: loopback) and relays its answer; 503 in
+/// OpenViking's envelope when the watch cannot be reached.
+async fn forward(upstream: &str, mut parts: http::request::Parts, body: Bytes) -> hyper::Response<Full<Bytes>> {
+    let relayed = async {
+        let stream = tokio::net::TcpStream::connect(upstream).await.map_err(|e| e.to_string())?;
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+        tokio::spawn(connection);
+        parts.headers.insert(http::header::HOST, http::HeaderValue::from_str(upstream).map_err(|e| e.to_string())?);
+        let response =
+            sender.send_request(hyper::Request::from_parts(parts, Full::new(body))).await.map_err(|e| e.to_string())?;
+        let (head, body) = response.into_parts();
+        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok::<_, String>(hyper::Response::from_parts(head, Full::new(body)))
+    };
+    match relayed.await {
+        Ok(response) => response,
+        Err(e) => {
+            let error = skald::api::error::ApiError::Unavailable(format!("the functions at {upstream}: {e}"));
+            let (head, body) = skald::api::error_response(&error).into_parts();
+            hyper::Response::from_parts(head, Full::new(Bytes::from(body)))
+        }
+    }
+}
+
 async fn handle(
     app: Arc<App>,
     router: Arc<Router>,
+    upstream: Option<Arc<str>>,
     request: hyper::Request<hyper::body::Incoming>,
 ) -> Result<hyper::Response<Full<Bytes>>, Infallible> {
     let (parts, body) = request.into_parts();
@@ -116,12 +182,18 @@ async fn handle(
         Ok(collected) => collected.to_bytes(),
         Err(_) => Bytes::new(),
     };
-    let function = router.iter().find(|(p, _)| matches(p, parts.uri.path())).map(|(_, f)| f.clone());
-    let Some(function) = function else {
-        let mut response = hyper::Response::new(Full::new(Bytes::from_static(b"{\"message\":\"Not Found\"}")));
-        *response.status_mut() = http::StatusCode::NOT_FOUND;
-        return Ok(response);
+    let route = router.iter().find(|(p, _)| matches(p, parts.uri.path()));
+    let Some((pattern, function)) = route.map(|(p, f)| (p.clone(), f.clone())) else {
+        return Ok(not_found(&parts));
     };
+    if let Some(upstream) = upstream {
+        // The router's catch-all is answered here: forwarded, the watch
+        // would route `/lambda-url/NAME/…` to any binary of the workspace.
+        if pattern.starts_with("/{*") {
+            return Ok(not_found(&parts));
+        }
+        return Ok(forward(&upstream, parts, body).await);
+    }
     let body = match String::from_utf8(body.to_vec()) {
         Ok(text) if text.is_empty() => lambda_http::Body::Empty,
         Ok(text) => lambda_http::Body::Text(text),
@@ -145,12 +217,13 @@ async fn handle(
 #[tokio::main]
 async fn main() {
     skald_lambda::init_tracing();
-    let port = port_arg(std::env::args().skip(1)).unwrap_or_else(|e| fail("arguments", e));
+    let args = parse_args(std::env::args().skip(1)).unwrap_or_else(|e| fail("arguments", e));
+    let upstream: Option<Arc<str>> = args.upstream.map(Arc::from);
     let config = Config::from_env().unwrap_or_else(|e| fail("configuration", e));
     let app = Arc::new(App::new(config).await.unwrap_or_else(|e| fail("init", e)));
     let router = Arc::new(router());
     let listener =
-        TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port))).await.unwrap_or_else(|e| fail("bind", e));
+        TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, args.port))).await.unwrap_or_else(|e| fail("bind", e));
     let addr = listener.local_addr().unwrap_or_else(|e| fail("bind", e));
     #[allow(clippy::print_stdout)] // the one line scripts wait for
     {
@@ -158,9 +231,10 @@ async fn main() {
     }
     loop {
         let Ok((stream, _)) = listener.accept().await else { continue };
-        let (app, router) = (Arc::clone(&app), Arc::clone(&router));
+        let (app, router, upstream) = (Arc::clone(&app), Arc::clone(&router), upstream.clone());
         tokio::spawn(async move {
-            let service = service_fn(move |request| handle(Arc::clone(&app), Arc::clone(&router), request));
+            let service =
+                service_fn(move |request| handle(Arc::clone(&app), Arc::clone(&router), upstream.clone(), request));
             let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
         });
     }
