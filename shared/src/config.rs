@@ -394,6 +394,16 @@ impl Default for IndexConfig {
     }
 }
 
+/// Lambda's limit on a synchronous invocation response, in bytes: the
+/// default of `limits.max_response_bytes`.
+pub const LAMBDA_RESPONSE_LIMIT: usize = 6_291_456;
+
+/// Bytes of a response kept for what surrounds a result in the invocation
+/// response: the status code, the headers, the event's own keys, the
+/// envelope's `status`, `telemetry` and `truncated` members (16 KiB; they
+/// take well under 2 KiB).
+pub const RESPONSE_RESERVE: usize = 16 * 1024;
+
 /// Request limits.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -403,8 +413,8 @@ pub struct LimitsConfig {
     /// The most bytes a response may take in the Lambda invocation
     /// response (the envelope as a JSON string, with the headers): a
     /// result that would take more is cut — fewer items or shorter text —
-    /// and answered with `"truncated": true` (see
-    /// [`crate::api::payload`]). Default 6291456, Lambda's synchronous
+    /// and answered with `"truncated": true` (the routes' `payload`
+    /// module). Default 6291456, Lambda's synchronous
     /// limit; lower it behind a gateway with a smaller one (an Application
     /// Load Balancer takes 1 MB).
     pub max_response_bytes: usize,
@@ -412,15 +422,17 @@ pub struct LimitsConfig {
 
 impl Default for LimitsConfig {
     fn default() -> Self {
-        Self { max_body_bytes: 256 * 1024, max_response_bytes: crate::api::payload::LAMBDA_RESPONSE_LIMIT }
+        Self { max_body_bytes: 256 * 1024, max_response_bytes: LAMBDA_RESPONSE_LIMIT }
     }
 }
 
 impl LimitsConfig {
-    /// What a response's result may take under `max_response_bytes`.
+    /// The bytes a response's result may take under
+    /// `max_response_bytes`: the limit less [`RESPONSE_RESERVE`] (0 under
+    /// it).
     #[must_use]
-    pub fn response_budget(&self) -> crate::api::payload::Budget {
-        crate::api::payload::Budget::new(self.max_response_bytes)
+    pub fn result_bytes(&self) -> usize {
+        self.max_response_bytes.saturating_sub(RESPONSE_RESERVE)
     }
 }
 

@@ -25,9 +25,11 @@ pub mod ledger;
 #[cfg(feature = "llm")]
 pub mod llm;
 pub mod memory;
+pub mod names;
 #[cfg(feature = "assemble")]
 pub mod pipeline;
 pub mod retention;
+pub mod retrieval;
 #[cfg(feature = "secrets")]
 pub mod secrets;
 pub mod sessions;

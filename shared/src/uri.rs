@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::identity::AccountId;
+use crate::names::AccountId;
 
 /// The scheme every URI starts with.
 pub const SCHEME: &str = "viking://";

@@ -24,12 +24,12 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use skald::find::default_targets;
 use skald::identity::{AccountId, Identity, UserId};
 use skald::index::record::{LEVEL_FILE, classify};
 use skald::index::{
     self, EmbedderInfo, Filter, IndexSnapshot, Record, SearchKind, SearchParams, Segment, manifest_key,
 };
+use skald::retrieval::default_targets;
 use skald::store::SharedStore;
 use skald::uri::VikingUri;
 use skald_bench::{Flags, Rng, Summary, TempStore, block_on, fail, ms, now, proc_status};

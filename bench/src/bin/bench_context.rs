@@ -306,7 +306,7 @@ async fn phases(app: &App, identity: &Identity, body: &Value, out: &mut Phases) 
     let exclusion = Exclusion { subtrees: params.exclude.clone(), ..Exclusion::default() };
 
     let started = Instant::now();
-    let index = skald::find::checked_index(app, identity).await.unwrap_or_else(|e| fail("index", e));
+    let index = skald::retrieval::checked_index(app, identity).await.unwrap_or_else(|e| fail("index", e));
     out.head.push(started.elapsed());
 
     let started = Instant::now();

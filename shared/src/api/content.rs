@@ -131,7 +131,7 @@ fn finish(query: Query, uri: Option<VikingUri>) -> Result<VikingUri, ApiError> {
 /// a response: [`super::payload`]).
 async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query) -> Result<(Value, bool), ApiError> {
     let content = Content::new(&app.store, &admitted.identity);
-    let budget = app.config.limits.response_budget();
+    let budget = Budget::of(&app.config.limits);
     match route {
         Route::Health | Route::Status => {
             query.finish()?;
@@ -202,8 +202,11 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
                 };
             }
             // Abstracts come from the index; other shapes need none.
-            let index =
-                if agent && !simple { Some(crate::find::checked_index(app, &admitted.identity).await?) } else { None };
+            let index = if agent && !simple {
+                Some(crate::retrieval::checked_index(app, &admitted.identity).await?)
+            } else {
+                None
+            };
             let listing = content.list(&uri, &options, index.as_ref()).await?;
             let mut entries: Vec<Value> = listing
                 .entries
@@ -246,10 +249,10 @@ async fn tree(
     options: &ListOptions,
     agent: bool,
 ) -> Result<(Value, bool), ApiError> {
-    let index = if agent { Some(crate::find::checked_index(app, &admitted.identity).await?) } else { None };
+    let index = if agent { Some(crate::retrieval::checked_index(app, &admitted.identity).await?) } else { None };
     let listing = content.list(uri, options, index.as_ref()).await?;
     let mut entries: Vec<Value> = listing.entries.iter().map(|e| entry_json(e, agent, true)).collect();
-    let cut = fit_entries(&mut entries, app.config.limits.response_budget());
+    let cut = fit_entries(&mut entries, Budget::of(&app.config.limits));
     Ok((Value::Array(entries), listing.truncated || cut))
 }
 

@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 
 use crate::content::ContentError;
 use crate::embed::EmbedError;
-use crate::find::RetrievalError;
 use crate::index::IndexError;
+use crate::retrieval::RetrievalError;
 use crate::store::StoreError;
 
 /// One invalid field, as the reference reports it.

@@ -10,12 +10,13 @@ use super::fields::Body;
 use super::payload::{Budget, largest_fitting, respond};
 use super::{Admitted, admit, error_response, result_json, telemetry, within_deadline};
 use crate::app::App;
-use crate::find::{FindParams, authorize_targets, find};
+use crate::find::{FindParams, find};
 use crate::identity::Identity;
 use crate::index::Level;
 use crate::index::extract::is_valid_tag;
 use crate::index::filter::{FilterExpr, MAX_FILTER_DEPTH, MAX_FILTER_NODES, TimeField, TimeRange, filter_size};
 use crate::index::{ContextType, SearchKind};
+use crate::retrieval::authorize_targets;
 use crate::timeparse::{DateEnd, parse_duration, parse_time};
 use crate::uri::VikingUri;
 
@@ -112,7 +113,7 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
     let skills_only = request.uri().path().trim_end_matches('/') == SKILLS_FIND_PATH;
     match within_deadline(&admitted.deadline, run(app, &admitted, skills_only)).await {
         Ok((result, wants_telemetry)) => {
-            let (result, truncated) = fit_hits(result, app.config.limits.response_budget());
+            let (result, truncated) = fit_hits(result, Budget::of(&app.config.limits));
             respond(result, telemetry(wants_telemetry, "search.find", admitted.started), truncated)
         }
         Err(e) => error_response(&e),

@@ -18,6 +18,8 @@ pub mod auth;
 #[cfg(feature = "assemble")]
 pub mod bootstrap;
 pub mod content;
+#[cfg(feature = "assemble")]
+mod context_fields;
 pub mod error;
 pub mod explore;
 pub mod fields;

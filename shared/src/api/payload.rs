@@ -21,14 +21,8 @@ use std::io::{self, Write};
 use http::{Response, StatusCode};
 use serde_json::{Value, json};
 
-/// Lambda's limit on a synchronous invocation response, in bytes.
-pub const LAMBDA_RESPONSE_LIMIT: usize = 6_291_456;
-
-/// Bytes kept for what surrounds a result in the invocation response: the
-/// status code, the headers, the event's own keys, the envelope's
-/// `status`, `telemetry` and `truncated` members (16 KiB; they take well
-/// under 2 KiB).
-pub const RESERVE: usize = 16 * 1024;
+use crate::config::LimitsConfig;
+pub use crate::config::{LAMBDA_RESPONSE_LIMIT, RESPONSE_RESERVE as RESERVE};
 
 /// Bytes one byte of JSON text takes once written inside a JSON string:
 /// `"` and `\` are escaped (2), as are the control characters (`\n`, `\t`,
@@ -99,6 +93,12 @@ impl Budget {
     #[must_use]
     pub fn new(limit: usize) -> Self {
         Self(limit.saturating_sub(RESERVE))
+    }
+
+    /// The budget of `limits.max_response_bytes`.
+    #[must_use]
+    pub fn of(limits: &LimitsConfig) -> Self {
+        Self(limits.result_bytes())
     }
 
     /// The bytes a result may take.

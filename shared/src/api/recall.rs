@@ -14,9 +14,10 @@ use http::header::{HeaderName, HeaderValue};
 use http::{Request, Response};
 use serde_json::Value;
 
+use super::context_fields::apply_purpose;
 use super::error::{ApiError, FieldError};
 use super::fields::Body;
-use super::search::{Mode, SearchRequest, apply_purpose, parse_fields};
+use super::search::{Mode, SearchRequest, parse_fields};
 use super::{Admitted, admit, error_response, ok, result_json, telemetry, within_deadline};
 use crate::app::App;
 use crate::assemble::params::{Detail, Tier};

@@ -221,7 +221,7 @@ async fn run(
                 Err(ApiError::NotFound(format!("skill {name} not found")))
             } else {
                 // Read only where the caller may read, as `find`.
-                for root in crate::find::authorize_targets(&admitted.identity, &roots)? {
+                for root in crate::retrieval::authorize_targets(&admitted.identity, &roots)? {
                     let uri =
                         root.join(&format!("{name}/SKILL.md")).map_err(|e| ApiError::InvalidArgument(e.to_string()))?;
                     if let Some((skill, uri)) = read_skill(app, admitted, &uri).await? {
@@ -676,7 +676,7 @@ async fn list_skills(
     roots: &[VikingUri],
     node_limit: usize,
 ) -> Result<Value, ApiError> {
-    let readable = crate::find::authorize_targets(&admitted.identity, roots)?;
+    let readable = crate::retrieval::authorize_targets(&admitted.identity, roots)?;
     let mut uris = Vec::new();
     for root in &readable {
         // The skills' directories, one level down (not the files inside):

@@ -389,7 +389,7 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
                 })
             };
             // Up to 2,000 messages: the oldest that fit a response.
-            let budget = app.config.limits.response_budget();
+            let budget = Budget::of(&app.config.limits);
             let k = largest_fitting(messages.len(), |k| budget.fits(&shown(k)));
             cut = k < messages.len();
             Ok(shown(k))
@@ -438,7 +438,7 @@ async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query)
             let budget = query.int("token_budget", Some(1), Some(MAX_CONTEXT_BUDGET)).unwrap_or(DEFAULT_CONTEXT_BUDGET);
             query.finish()?;
             let mut context = sessions.context(&id, u64::try_from(budget).unwrap_or(0)).await?;
-            cut = fit_context(&mut context, app.config.limits.response_budget());
+            cut = fit_context(&mut context, Budget::of(&app.config.limits));
             Ok(context_json(&context))
         }
         Route::ToolResults(id) => {

@@ -27,11 +27,11 @@ use super::read::read_planned;
 use super::render::{EntryView, render};
 use super::{Entry, Named, TierCounts};
 use crate::app::App;
-use crate::find::RetrievalError;
 use crate::identity::Identity;
 use crate::index::account::IndexStats;
 use crate::index::filter::{Field, FilterExpr, TimeField};
 use crate::index::{AccountIndex, Category, Filter, IndexError, Record};
+use crate::retrieval::RetrievalError;
 use crate::store::StoreError;
 use crate::tokens::{estimate_escaped_tokens, estimate_tokens, truncate_to_escaped_tokens};
 use crate::uri::{VikingUri, tree_key};
@@ -331,7 +331,7 @@ pub async fn bootstrap(
     identity: &Identity,
     params: &BootstrapParams,
 ) -> Result<Bootstrapped, RetrievalError> {
-    let index = crate::find::checked_index(app, identity).await?;
+    let index = crate::retrieval::checked_index(app, identity).await?;
     let mut entries: Vec<Entry> = Vec::new();
     let mut slots_stats = Named::default();
     let mut carry = 0usize;

@@ -10,9 +10,9 @@ use serde::{Serialize, Serializer};
 
 use crate::app::App;
 use crate::embed::EmbedError;
-use crate::find::RetrievalError;
 use crate::identity::Identity;
 use crate::index::{AccountIndex, Category, Exclusion};
+use crate::retrieval::RetrievalError;
 use crate::tokens::estimate_tokens;
 
 pub mod bootstrap;
@@ -280,15 +280,15 @@ pub async fn assemble(
     // (CPU) overlap.
     let texts: Vec<&str> = params.queries.iter().map(String::as_str).collect();
     let (index, vectors) = tokio::join!(
-        crate::find::checked_index(app, identity),
-        crate::find::embed_queries(app, params.search_kind, &texts)
+        crate::retrieval::checked_index(app, identity),
+        crate::retrieval::embed_queries(app, params.search_kind, &texts)
     );
     let index = index?;
     assemble_with(app, identity, params, exclusion, &index, vectors).await
 }
 
 /// [`assemble`] over an index the caller already opened with
-/// [`crate::find::checked_index`] and the queries' embeddings (one per
+/// [`crate::retrieval::checked_index`] and the queries' embeddings (one per
 /// `params.queries`, in order) it already computed — so that both could
 /// overlap other work (context mode sends them with the session read).
 ///
@@ -320,7 +320,7 @@ async fn assemble_with(
         gather::Gathered::default()
     } else {
         let texts: Vec<&str> = params.queries.iter().map(String::as_str).collect();
-        let vectors = crate::find::vectors_for(app, index, &texts, vectors?).await?;
+        let vectors = crate::retrieval::vectors_for(app, index, &texts, vectors?).await?;
         gather::gather(index, identity, params, &vectors, exclusion).await?
     };
     // Quotas ask for breadth across buckets: the gap, relative to the best

@@ -12,12 +12,12 @@ use crate::app::App;
 use crate::assemble::{Assembled, assemble, assemble_over};
 use crate::config::RetrievalConfig;
 use crate::deadline::Deadline;
-use crate::find::{authorize_targets, checked_index, embed_queries};
 use crate::identity::Identity;
 use crate::index::Exclusion;
 use crate::ledger::DedupStatus;
 use crate::llm::expansion::{Expansion, ExpansionStatus, SessionContext};
 use crate::llm::rewrite::{self, RewriteStatus, Rewritten};
+use crate::retrieval::{authorize_targets, checked_index, embed_queries};
 
 /// Runs context mode: authorises `exclude_uris`, reads the session (ledger
 /// and context) when one is given, expands the query, assembles, rewrites,

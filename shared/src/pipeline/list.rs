@@ -4,9 +4,10 @@ use super::session::{expand_query, load_session};
 use super::{ListParams, ListResult, RetrievalError, expansion_enabled, with_planned_embeddings};
 use crate::app::App;
 use crate::deadline::Deadline;
-use crate::find::{authorize_targets, checked_index, embed_queries, find, find_over, vectors_for};
+use crate::find::{find, find_over};
 use crate::identity::Identity;
 use crate::llm::expansion::ExpansionStatus;
+use crate::retrieval::{authorize_targets, checked_index, embed_queries, vectors_for};
 
 /// Runs list mode: exactly `find`, unless a session with context is given
 /// and a model is configured; then the query is expanded (the same bounded

@@ -28,14 +28,15 @@ use crate::app::App;
 use crate::assemble::bootstrap::{BootstrapParams, BootstrapStats};
 use crate::assemble::params::AssembleParams;
 use crate::assemble::{AssemblyStats, Entry};
-pub use crate::find::RetrievalError;
-use crate::find::{FindParams, FindResult, embed_queries};
+use crate::find::{FindParams, FindResult};
 use crate::identity::Identity;
 use crate::index::SearchKind;
 use crate::ledger::DedupStatus;
 use crate::llm::Usage;
 use crate::llm::expansion::{ExpansionStatus, QueryPlan};
 use crate::llm::rewrite::RewriteStatus;
+pub use crate::retrieval::RetrievalError;
+use crate::retrieval::embed_queries;
 use crate::sessions::SessionId;
 
 /// `rewrite`: off, on, or on when a query planner model is configured.

@@ -23,6 +23,7 @@ mod index_suite;
 mod indexer;
 mod ingest;
 mod keyword_search;
+mod layering;
 mod llm_stages;
 mod mcp_tools;
 mod memory_extraction;

@@ -777,7 +777,11 @@ fn template_routes() -> Vec<(String, String, String)> {
             path = Some(p);
         }
         if let (Some(m), Some(p)) = (&method, &path) {
-            routes.push((m.clone(), p.clone(), binary.clone()));
+            // The catch-all is no route of its own: see
+            // `unknown_routes_answer_the_404_envelope_deployed_and_locally`.
+            if p != "$default" {
+                routes.push((m.clone(), p.clone(), binary.clone()));
+            }
             (method, path) = (None, None);
         }
     }
@@ -805,8 +809,9 @@ fn template_open_routes() -> Result<BTreeSet<(String, String)>, String> {
             None if line == "paths:" => paths_indent = Some(indent),
             Some(base) if indent <= base => paths_indent = None,
             Some(_) => {
-                if let Some(p) = line.strip_suffix(':').filter(|p| p.starts_with('/')) {
-                    path = Some(p.to_owned());
+                if let Some(p) = line.strip_suffix(':').filter(|p| !p.contains(' ')) {
+                    // A path, or the `$default` catch-all (checked apart).
+                    path = p.starts_with('/').then(|| p.to_owned());
                 } else if let (Some(p), Some((method, rest))) = (&path, line.split_once(':'))
                     && rest.contains("Jwt")
                 {
@@ -918,6 +923,60 @@ fn routes_are_the_templates_and_the_watch_routers() {
         }
     }
     assert_none(&failures);
+}
+
+/// A method and path no route serves reaches the function the watch
+/// router's catch-all names — deployed through the template's `$default`
+/// route (behind the JWT like every route but `/health`), locally through
+/// the router — and that function answers OpenViking's 404 envelope before
+/// any identity or store call.
+#[tokio::test]
+async fn unknown_routes_answer_the_404_envelope_deployed_and_locally() {
+    let template = repo_file("infra/template.yaml");
+    let mut binary = String::new();
+    let mut catch_all = None;
+    let mut method = None;
+    for line in template.lines().map(str::trim) {
+        if let Some(b) = line.strip_prefix("Binary:") {
+            binary = b.trim().to_owned();
+        } else if let Some(m) = line.strip_prefix("Method:") {
+            method = Some(m.trim().to_owned());
+        } else if line == "Path: $default" {
+            catch_all = Some((method.clone(), binary.clone()));
+        }
+    }
+    let router = watch_router();
+    let (pattern, local) = router.last().expect("a watch router");
+    assert_eq!(pattern, "/{*rest}", "the watch router's last entry is its catch-all");
+    assert_eq!(
+        catch_all,
+        Some((Some("ANY".to_owned()), local.clone())),
+        "infra/template.yaml has an `ANY $default` event on the function the watch router's catch-all names"
+    );
+    let body = template.split("DefinitionBody:").nth(1).expect("the HttpApi's body");
+    let default_entry = body.split("$default:").nth(1).map(|rest| rest.lines().nth(1).unwrap_or_default().trim());
+    assert!(
+        default_entry.is_some_and(|l| l.starts_with("x-amazon-apigateway-any-method:") && l.contains("Jwt")),
+        "the HttpApi body's `$default` takes any method behind the JWT: {default_entry:?}"
+    );
+
+    // In both modes that leave identity to the function, no credential:
+    // the 404 comes first.
+    for mode in [skald::config::IdentityMode::ApiKey, skald::config::IdentityMode::Authorizer] {
+        let (app, _dirs) = skald_tests::fixture::app_with_config(&[], |c| c.identity.mode = mode).await;
+        for (method, path) in [("GET", "/api/v1/nope"), ("POST", "/lambda-url/bench_use/"), ("DELETE", "/")] {
+            let request = http::Request::builder().method(method).uri(path).body(bytes::Bytes::new()).expect("request");
+            let response = skald::api::content::handle(&app, request).await;
+            let body: Value = serde_json::from_str(response.body()).expect("a JSON body");
+            assert_eq!(response.status(), 404, "{method} {path}: {body}");
+            assert_eq!(body["status"], "error", "{method} {path}: {body}");
+            assert_eq!(body["error"]["code"], "NOT_FOUND", "{method} {path}: {body}");
+            assert!(
+                body["error"]["message"].as_str().is_some_and(|m| m.contains(path)),
+                "{method} {path}: the message names the path: {body}"
+            );
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------

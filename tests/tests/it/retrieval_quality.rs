@@ -18,10 +18,11 @@ use skald::assemble::params::{AssembleParams, Tier};
 use skald::config::Config;
 use skald::embed::Embedder;
 use skald::embed::hashed::HashedEmbedder;
-use skald::find::{FindParams, authorize_targets, find};
+use skald::find::{FindParams, find};
 use skald::identity::{AccountId, Identity, UserId};
 use skald::index::{Exclusion, SearchKind};
 use skald::ingest::{IngestOptions, ingest_dir};
+use skald::retrieval::authorize_targets;
 use skald::store::local::LocalStore;
 use skald::uri::VikingUri;
 
