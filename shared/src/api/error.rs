@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use crate::content::ContentError;
 use crate::embed::EmbedError;
 use crate::index::IndexError;
+use crate::memory::commit::CommitError;
 use crate::retrieval::RetrievalError;
 use crate::store::StoreError;
 
@@ -237,6 +238,18 @@ impl From<RetrievalError> for ApiError {
             RetrievalError::Index(i) => i.into(),
             RetrievalError::Store(s) => s.into(),
             RetrievalError::Embed(x) => x.into(),
+        }
+    }
+}
+
+impl From<CommitError> for ApiError {
+    fn from(e: CommitError) -> Self {
+        match e {
+            CommitError::NotFound(id) => Self::NotFound(format!("Session not found: {}", id.as_str())),
+            CommitError::Memories(why) => {
+                Self::dependency("the conversation's memories could not be written; retry the commit", why)
+            }
+            CommitError::Session(s) => s.into(),
         }
     }
 }

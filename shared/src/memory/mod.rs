@@ -14,6 +14,7 @@
 //! its attempts wrote, so a retried commit writes the same files once and
 //! leaves none of an earlier attempt's windows behind ([`write_episodes`]).
 
+pub mod commit;
 pub mod episodes;
 #[cfg(feature = "llm")]
 pub mod extract;
