@@ -108,51 +108,83 @@ impl From<SessionError> for ApiError {
     }
 }
 
-/// The route a path names.
-#[derive(Debug, PartialEq, Eq)]
-enum Route {
+/// What a sessions route does: one handler each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
     Create,
     List,
-    Get(String),
-    Delete(String),
-    Archive(String, String),
-    Append(String),
-    Batch(String),
-    Commit(String),
-    Context(String),
-    ToolResults(String),
-    ToolResult(String, String),
-    ToolResultSearch(String, String),
+    Get,
+    Delete,
+    Archive,
+    Append,
+    Batch,
+    Commit,
+    Context,
+    ToolResults,
+    ToolResult,
+    ToolResultSearch,
 }
 
+/// The sessions function's route table (the tasks routes are
+/// [`super::tasks`]'s): each route's method and its path's segments after
+/// `/api/v1/sessions`, where `{…}` is one segment handed to the handler,
+/// in order (`{tool_result_id}` percent-decoded).
+const ROUTES: &[(Method, &[&str], Kind)] = &[
+    (Method::POST, &[], Kind::Create),
+    (Method::GET, &[], Kind::List),
+    (Method::GET, &["{id}"], Kind::Get),
+    (Method::DELETE, &["{id}"], Kind::Delete),
+    (Method::GET, &["{id}", "archives", "{archive_id}"], Kind::Archive),
+    (Method::POST, &["{id}", "messages"], Kind::Append),
+    (Method::POST, &["{id}", "messages", "batch"], Kind::Batch),
+    (Method::POST, &["{id}", "commit"], Kind::Commit),
+    (Method::GET, &["{id}", "context"], Kind::Context),
+    (Method::GET, &["{id}", "tool-results"], Kind::ToolResults),
+    (Method::GET, &["{id}", "tool-results", "{tool_result_id}"], Kind::ToolResult),
+    (Method::GET, &["{id}", "tool-results", "{tool_result_id}", "search"], Kind::ToolResultSearch),
+];
+
+/// A request's route: what it does, its method, and the path's segments
+/// the table's `{…}` took.
+#[derive(Debug, PartialEq, Eq)]
+struct Route {
+    kind: Kind,
+    method: Method,
+    params: Vec<String>,
+}
+
+/// The route of `method` and `path` in [`ROUTES`].
+///
+/// # Errors
+/// 404 for a path no route has; 405, naming the methods it takes, for a
+/// path with routes of other methods only.
 fn route(method: &Method, path: &str) -> Result<Route, ApiError> {
-    let want = |m: &Method, r: Route| {
-        if method == m { Ok(r) } else { Err(ApiError::MethodNotAllowed(method.to_string(), m.to_string())) }
-    };
-    let rest = path.trim_end_matches('/').strip_prefix("/api/v1/sessions").unwrap_or("\u{0}");
-    let parts: Vec<&str> = rest.split('/').skip(1).collect();
     let not_found = || ApiError::NotFound(format!("no route {method} {path}"));
-    match (rest, parts.as_slice()) {
-        ("", _) if method == Method::GET => Ok(Route::List),
-        ("", _) => want(&Method::POST, Route::Create),
-        (_, [id]) if method == Method::DELETE => Ok(Route::Delete((*id).to_owned())),
-        (_, [id]) => want(&Method::GET, Route::Get((*id).to_owned())),
-        (_, [id, "archives", archive_id]) => {
-            want(&Method::GET, Route::Archive((*id).to_owned(), (*archive_id).to_owned()))
-        }
-        (_, [id, "messages"]) => want(&Method::POST, Route::Append((*id).to_owned())),
-        (_, [id, "messages", "batch"]) => want(&Method::POST, Route::Batch((*id).to_owned())),
-        (_, [id, "commit"]) => want(&Method::POST, Route::Commit((*id).to_owned())),
-        (_, [id, "context"]) => want(&Method::GET, Route::Context((*id).to_owned())),
-        (_, [id, "tool-results"]) => want(&Method::GET, Route::ToolResults((*id).to_owned())),
-        (_, [id, "tool-results", tool_result_id]) => {
-            want(&Method::GET, Route::ToolResult((*id).to_owned(), decode_segment(tool_result_id)))
-        }
-        (_, [id, "tool-results", tool_result_id, "search"]) => {
-            want(&Method::GET, Route::ToolResultSearch((*id).to_owned(), decode_segment(tool_result_id)))
-        }
-        _ => Err(not_found()),
+    let rest = path.trim_end_matches('/').strip_prefix("/api/v1/sessions").ok_or_else(not_found)?;
+    if !rest.is_empty() && !rest.starts_with('/') {
+        return Err(not_found());
     }
+    let segments: Vec<&str> = rest.split('/').skip(1).collect();
+    let shaped: Vec<&(Method, &[&str], Kind)> = ROUTES
+        .iter()
+        .filter(|(_, pattern, _)| {
+            pattern.len() == segments.len() && pattern.iter().zip(&segments).all(|(p, s)| p.starts_with('{') || p == s)
+        })
+        .collect();
+    let Some((_, pattern, kind)) = shaped.iter().find(|(m, _, _)| m == method) else {
+        if shaped.is_empty() {
+            return Err(not_found());
+        }
+        let allowed: Vec<&str> = shaped.iter().map(|(m, _, _)| m.as_str()).collect();
+        return Err(ApiError::MethodNotAllowed(method.to_string(), allowed.join(", ")));
+    };
+    let params = pattern
+        .iter()
+        .zip(&segments)
+        .filter(|(p, _)| p.starts_with('{'))
+        .map(|(p, s)| if *p == "{tool_result_id}" { decode_segment(s) } else { (*s).to_owned() })
+        .collect();
+    Ok(Route { kind: *kind, method: method.clone(), params })
 }
 
 fn session_id(text: &str, field: Option<&str>) -> Result<SessionId, ApiError> {
@@ -238,18 +270,7 @@ pub async fn handle(app: &App, request: Request<Bytes>) -> Response<String> {
         Ok(r) => r,
         Err(e) => return error_response(&e),
     };
-    let method = match route {
-        Route::List
-        | Route::Get(_)
-        | Route::Context(_)
-        | Route::Archive(..)
-        | Route::ToolResults(_)
-        | Route::ToolResult(..)
-        | Route::ToolResultSearch(..) => Method::GET,
-        Route::Delete(_) => Method::DELETE,
-        Route::Create | Route::Append(_) | Route::Batch(_) | Route::Commit(_) => Method::POST,
-    };
-    let admitted = match admit_method(app, &request, &method).await {
+    let admitted = match admit_method(app, &request, &route.method).await {
         Ok(a) => a,
         Err(e) => return error_response(&e),
     };
@@ -322,310 +343,372 @@ fn fit_context(context: &mut SessionContext, budget: Budget) -> bool {
 
 /// The route's result and whether it was cut to fit a response (only a
 /// session's context can be: [`fit_context`]).
-async fn run(app: &App, admitted: &Admitted<'_>, route: Route, mut query: Query) -> Result<(Value, bool), ApiError> {
-    let sessions = Sessions::new(&app.store, &admitted.identity);
-    let now = now_text();
-    let mut cut = false;
-    let result: Result<Value, ApiError> = match route {
-        Route::Create => {
-            // As the reference, the create body is lenient: only `session_id` is read.
-            let body = Body::parse(admitted.body, &[])?;
-            let id = match body.raw("session_id") {
-                None => SessionId::generate(),
-                Some(Value::String(s)) if s.is_empty() => SessionId::generate(),
-                Some(Value::String(s)) => session_id(s, Some("session_id"))?,
-                Some(_) => return Err(ApiError::field("session_id", "string_type", "Input should be a valid string")),
-            };
-            let (meta, _) = sessions.create(&id, &now).await?;
-            Ok(json!({
-                "session_id": id.as_str(),
-                "uri": sessions.uri(&id).as_str(),
-                "user": { "account_id": admitted.identity.account.as_str(), "user_id": admitted.identity.user.as_str() },
-                "created_at": meta.created_at,
-            }))
+/// What a sessions handler works with.
+struct Cx<'a> {
+    app: &'a App,
+    admitted: &'a Admitted<'a>,
+    sessions: Sessions<'a>,
+    /// "Now" as RFC 3339 text: a new message's and a commit's time.
+    now: String,
+}
+
+/// Runs the handler `route` names: the result, and whether it was cut to
+/// fit a response.
+async fn run(app: &App, admitted: &Admitted<'_>, route: Route, query: Query) -> Result<(Value, bool), ApiError> {
+    let cx = Cx { app, admitted, sessions: Sessions::new(&app.store, &admitted.identity), now: now_text() };
+    let cx = &cx;
+    let param = |i: usize| route.params.get(i).map_or("", String::as_str);
+    match route.kind {
+        Kind::Create => create(cx).await,
+        Kind::List => list(cx, query).await,
+        Kind::Get => get(cx, param(0)).await,
+        Kind::Delete => delete(cx, param(0)).await,
+        Kind::Archive => archive(cx, param(0), param(1)).await,
+        Kind::Append => append(cx, param(0)).await,
+        Kind::Batch => batch(cx, param(0)).await,
+        Kind::Commit => commit(cx, param(0)).await,
+        Kind::Context => context(cx, param(0), query).await,
+        Kind::ToolResults => tool_results(cx, param(0), query).await,
+        Kind::ToolResult => tool_result(cx, param(0), param(1), query).await,
+        Kind::ToolResultSearch => tool_result_search(cx, param(0), param(1), query).await,
+    }
+}
+
+/// `POST /api/v1/sessions`: creates the session `session_id` names (one is made when absent or empty).
+async fn create(cx: &Cx<'_>) -> Result<(Value, bool), ApiError> {
+    let Cx { admitted, sessions, now, .. } = cx;
+    // As the reference, the create body is lenient: only `session_id` is read.
+    let body = Body::parse(admitted.body, &[])?;
+    let id = match body.raw("session_id") {
+        None => SessionId::generate(),
+        Some(Value::String(s)) if s.is_empty() => SessionId::generate(),
+        Some(Value::String(s)) => session_id(s, Some("session_id"))?,
+        Some(_) => return Err(ApiError::field("session_id", "string_type", "Input should be a valid string")),
+    };
+    let (meta, _) = sessions.create(&id, now).await?;
+    Ok((
+        json!({
+            "session_id": id.as_str(),
+            "uri": sessions.uri(&id).as_str(),
+            "user": { "account_id": admitted.identity.account.as_str(), "user_id": admitted.identity.user.as_str() },
+            "created_at": meta.created_at,
+        }),
+        false,
+    ))
+}
+
+/// `GET /api/v1/sessions`: the caller's sessions, at most [`MAX_LISTED_SESSIONS`].
+async fn list(cx: &Cx<'_>, query: Query) -> Result<(Value, bool), ApiError> {
+    let Cx { sessions, .. } = cx;
+    query.finish()?;
+    let (ids, more) = sessions.list(MAX_LISTED_SESSIONS).await?;
+    let cut = more;
+    let listed: Vec<Value> =
+        ids.iter().map(|id| json!({ "session_id": id.as_str(), "uri": sessions.uri(id).as_str() })).collect();
+    Ok((Value::Array(listed), cut))
+}
+
+/// `DELETE /api/v1/sessions/{id}`: the session, its archives and their event memories.
+async fn delete(cx: &Cx<'_>, id: &str) -> Result<(Value, bool), ApiError> {
+    let Cx { app, admitted, sessions, .. } = cx;
+    let id = session_id(id, None)?;
+    let removed =
+        sessions.delete(&id).await?.ok_or_else(|| ApiError::NotFound(format!("session {} not found", id.as_str())))?;
+    let indexed = if removed.is_empty() || !app.config.memory_index_inline() {
+        true
+    } else {
+        crate::memory::index_now(app, &admitted.identity, &removed, admitted.now)
+            .await
+            .map_err(
+                |e| tracing::warn!(error = %e, "a deleted session's episodes stay in the index until the indexer runs"),
+            )
+            .is_ok()
+    };
+    Ok((json!({ "session_id": id.as_str(), "deleted_memories": removed.len(), "index_updated": indexed }), false))
+}
+
+/// `GET /api/v1/sessions/{id}/archives/{archive_id}`: one archive, its oldest messages that fit a response.
+async fn archive(cx: &Cx<'_>, id: &str, archive_id: &str) -> Result<(Value, bool), ApiError> {
+    let Cx { app, sessions, .. } = cx;
+    let id = session_id(id, None)?;
+    let not_found = || ApiError::NotFound(format!("archive {archive_id} of session {} not found", id.as_str()));
+    let index = crate::sessions::archive_number(archive_id)
+        .filter(|n| crate::sessions::archive_name(*n) == archive_id)
+        .ok_or_else(not_found)?;
+    let archive = sessions.archive(&id, index).await?.ok_or_else(not_found)?;
+    let messages: Vec<Value> = archive.messages.iter().map(message_json).collect();
+    let shown = |k: usize| {
+        json!({
+            "archive_id": archive_id,
+            "abstract": archive.abstract_text,
+            "overview": archive.overview,
+            "messages": &messages[..k],
+        })
+    };
+    // Up to 2,000 messages: the oldest that fit a response.
+    let budget = Budget::of(&app.config.limits);
+    let k = largest_fitting(messages.len(), |k| budget.fits(&shown(k)));
+    let cut = k < messages.len();
+    Ok((shown(k), cut))
+}
+
+/// `GET /api/v1/sessions/{id}`: the session's counters.
+async fn get(cx: &Cx<'_>, id: &str) -> Result<(Value, bool), ApiError> {
+    let Cx { sessions, .. } = cx;
+    let id = session_id(id, None)?;
+    let (meta, _) =
+        sessions.meta(&id).await?.ok_or_else(|| ApiError::NotFound(format!("session {} not found", id.as_str())))?;
+    Ok((info(sessions, &id, &meta), false))
+}
+
+/// `POST /api/v1/sessions/{id}/commit`: the body parsed, then [`crate::memory::commit`].
+async fn commit(cx: &Cx<'_>, id: &str) -> Result<(Value, bool), ApiError> {
+    let Cx { app, admitted, now, .. } = cx;
+    let id = session_id(id, None)?;
+    let mut body = Body::parse(admitted.body, COMMIT_FIELDS)?;
+    let keep = body.int("keep_recent_count", Some(0), Some(10_000)).unwrap_or(0);
+    let turn_mode = body.literal("retention_mode", &["turn_budget", ""]).is_some_and(|m| m == "turn_budget");
+    let defaults = crate::retention::TurnBudget::default();
+    let as_u64 = |n: i64| u64::try_from(n).unwrap_or(0);
+    let policy = crate::retention::TurnBudget {
+        turns: body.int("keep_recent_turn_count", Some(0), Some(10_000)).map_or(defaults.turns, as_u64),
+        token_budget: body.int("retained_message_token_budget", Some(1), None).map_or(defaults.token_budget, as_u64),
+        min_tail: body.int("min_raw_tail_steps", Some(0), Some(10_000)).map_or(defaults.min_tail, as_u64),
+    };
+    if !turn_mode {
+        let sent: Vec<&str> = TURN_FIELDS.into_iter().filter(|f| body.sent(f)).collect();
+        for field in sent {
+            body.error(FieldError::new(
+                field,
+                "value_error",
+                "Value error, the turn-budget fields need retention_mode \"turn_budget\"",
+            ));
         }
-        Route::List => {
-            query.finish()?;
-            let (ids, more) = sessions.list(MAX_LISTED_SESSIONS).await?;
-            cut = more;
-            let listed: Vec<Value> =
-                ids.iter().map(|id| json!({ "session_id": id.as_str(), "uri": sessions.uri(id).as_str() })).collect();
-            Ok(Value::Array(listed))
+    }
+    body.finish()?;
+    let (identity, deadline) = (&admitted.identity, &admitted.deadline);
+    let committed = if turn_mode {
+        crate::memory::commit::commit_turn_budget(app, identity, deadline, &id, policy, now).await?
+    } else {
+        crate::memory::commit::commit(app, identity, deadline, &id, as_u64(keep), now).await?
+    };
+    Ok((serde_json::to_value(&committed).map_err(|e| ApiError::Internal(e.to_string()))?, false))
+}
+
+/// `GET /api/v1/sessions/{id}/context?token_budget=N`.
+async fn context(cx: &Cx<'_>, id: &str, mut query: Query) -> Result<(Value, bool), ApiError> {
+    let Cx { app, sessions, .. } = cx;
+    let id = session_id(id, None)?;
+    let budget = query.int("token_budget", Some(1), Some(MAX_CONTEXT_BUDGET)).unwrap_or(DEFAULT_CONTEXT_BUDGET);
+    query.finish()?;
+    let mut context = sessions.context(&id, u64::try_from(budget).unwrap_or(0)).await?;
+    let cut = fit_context(&mut context, Budget::of(&app.config.limits));
+    Ok((context_json(&context), cut))
+}
+
+/// `GET /api/v1/sessions/{id}/tool-results`: the newest first.
+async fn tool_results(cx: &Cx<'_>, id: &str, mut query: Query) -> Result<(Value, bool), ApiError> {
+    let Cx { sessions, .. } = cx;
+    let id = session_id(id, None)?;
+    let tool_name = query.raw("tool_name").map(str::to_owned);
+    let limit = query.int("limit", Some(1), Some(MAX_TOOL_RESULTS)).unwrap_or(DEFAULT_TOOL_RESULTS);
+    query.finish()?;
+    let mut results = session_tool_results(sessions, &id).await?;
+    results.retain(|r| tool_name.as_ref().is_none_or(|name| r.tool_name == *name));
+    // The newest first.
+    let listed: Vec<Value> = results
+        .iter()
+        .rev()
+        .take(usize::try_from(limit).unwrap_or(usize::MAX))
+        .map(|r| {
+            json!({
+                "tool_result_id": r.id,
+                "tool_name": r.tool_name,
+                "status": r.status,
+                "storage_uri": tool_result_uri(&id, &r.id),
+                "original_chars": r.chars(),
+                "created_at": r.created_at,
+            })
+        })
+        .collect();
+    Ok((json!({ "tool_results": listed }), false))
+}
+
+/// `GET /api/v1/sessions/{id}/tool-results/{tool_result_id}`: a page of its output.
+async fn tool_result(cx: &Cx<'_>, id: &str, tid: &str, mut query: Query) -> Result<(Value, bool), ApiError> {
+    let Cx { sessions, .. } = cx;
+    let id = session_id(id, None)?;
+    let offset = query.int("offset", Some(0), None).unwrap_or(0);
+    let limit = query.int("limit", Some(1), Some(MAX_TOOL_RESULT_PAGE)).unwrap_or(DEFAULT_TOOL_RESULT_PAGE);
+    let metadata = query.boolean("include_metadata").unwrap_or(false);
+    query.finish()?;
+    let result = find_tool_result(sessions, &id, tid).await?;
+    let (offset, limit) = (usize::try_from(offset).unwrap_or(usize::MAX), usize::try_from(limit).unwrap_or(0));
+    let (content, has_more) = crate::tool_results::page(&result.output, offset, limit);
+    let mut answer = json!({
+        "tool_result_id": result.id,
+        "content": content,
+        "offset": offset,
+        "limit": limit,
+        "offset_unit": "unicode_code_point",
+        "total_chars": result.chars(),
+        "has_more": has_more,
+    });
+    if metadata {
+        answer["metadata"] = json!({
+            "tool_name": result.tool_name, "status": result.status, "created_at": result.created_at,
+            "storage_uri": tool_result_uri(&id, &result.id),
+        });
+    }
+    Ok((answer, false))
+}
+
+/// `GET /api/v1/sessions/{id}/tool-results/{tool_result_id}/search?q=…`.
+async fn tool_result_search(cx: &Cx<'_>, id: &str, tid: &str, mut query: Query) -> Result<(Value, bool), ApiError> {
+    let Cx { sessions, .. } = cx;
+    let id = session_id(id, None)?;
+    let q = query.required("q");
+    let limit = query.int("limit", Some(1), Some(MAX_TOOL_RESULTS)).unwrap_or(DEFAULT_TOOL_RESULT_MATCHES);
+    let context = query.int("context_chars", Some(0), Some(MAX_TOOL_RESULT_CONTEXT)).unwrap_or(80);
+    query.finish()?;
+    let q = q.unwrap_or_default();
+    let result = find_tool_result(sessions, &id, tid).await?;
+    let as_usize = |n: i64| usize::try_from(n).unwrap_or(0);
+    let matches: Vec<Value> = crate::tool_results::search(&result.output, &q, as_usize(limit), as_usize(context))
+        .into_iter()
+        .map(|(offset, snippet)| json!({ "offset": offset, "offset_unit": "unicode_code_point", "snippet": snippet }))
+        .collect();
+    Ok((json!({ "tool_result_id": result.id, "matches": matches }), false))
+}
+
+/// `POST /api/v1/sessions/{id}/messages`: appends one message (creating the session).
+async fn append(cx: &Cx<'_>, id: &str) -> Result<(Value, bool), ApiError> {
+    let Cx { admitted, sessions, now, .. } = cx;
+    let id = session_id(id, None)?;
+    let mut body = Body::parse(admitted.body, MESSAGE_FIELDS)?;
+    let message = parse_message(&mut body, now);
+    body.finish()?;
+    let message = message.ok_or_else(|| ApiError::InvalidArgument("invalid message".into()))?;
+    let appended = sessions.append(&id, message, now, give_up_at(&admitted.deadline)).await?;
+    Ok((
+        json!({
+            "session_id": id.as_str(),
+            "message_count": appended.meta.live_message_count(),
+            "user_turn_count": appended.meta.user_turn_count,
+            "added": appended.added,
+            "pending_tokens": appended.meta.pending_tokens,
+        }),
+        false,
+    ))
+}
+
+/// `POST /api/v1/sessions/{id}/messages/batch`: appends up to [`MAX_BATCH`] messages in order, within the deadline.
+async fn batch(cx: &Cx<'_>, id: &str) -> Result<(Value, bool), ApiError> {
+    let Cx { admitted, sessions, now, .. } = cx;
+    let id = session_id(id, None)?;
+    let mut body = Body::parse(admitted.body, &["messages", "telemetry"])?;
+    let items = match body.raw("messages") {
+        Some(Value::Array(items)) => items.clone(),
+        Some(_) => {
+            body.error(FieldError::new("messages", "list_type", "Input should be a valid list"));
+            Vec::new()
         }
-        Route::Delete(id) => {
-            let id = session_id(&id, None)?;
-            let removed = sessions
-                .delete(&id)
-                .await?
-                .ok_or_else(|| ApiError::NotFound(format!("session {} not found", id.as_str())))?;
-            let indexed = if removed.is_empty() || !app.config.memory_index_inline() {
-                true
-            } else {
-                crate::memory::index_now(app, &admitted.identity, &removed, admitted.now)
-                    .await
-                    .map_err(|e| tracing::warn!(error = %e, "a deleted session's episodes stay in the index until the indexer runs"))
-                    .is_ok()
-            };
-            Ok(json!({ "session_id": id.as_str(), "deleted_memories": removed.len(), "index_updated": indexed }))
-        }
-        Route::Archive(id, archive_id) => {
-            let id = session_id(&id, None)?;
-            let not_found = || ApiError::NotFound(format!("archive {archive_id} of session {} not found", id.as_str()));
-            let index = crate::sessions::archive_number(&archive_id)
-                .filter(|n| crate::sessions::archive_name(*n) == archive_id)
-                .ok_or_else(not_found)?;
-            let archive = sessions.archive(&id, index).await?.ok_or_else(not_found)?;
-            let messages: Vec<Value> = archive.messages.iter().map(message_json).collect();
-            let shown = |k: usize| {
-                json!({
-                    "archive_id": archive_id,
-                    "abstract": archive.abstract_text,
-                    "overview": archive.overview,
-                    "messages": &messages[..k],
-                })
-            };
-            // Up to 2,000 messages: the oldest that fit a response.
-            let budget = Budget::of(&app.config.limits);
-            let k = largest_fitting(messages.len(), |k| budget.fits(&shown(k)));
-            cut = k < messages.len();
-            Ok(shown(k))
-        }
-        Route::Get(id) => {
-            let id = session_id(&id, None)?;
-            let (meta, _) = sessions
-                .meta(&id)
-                .await?
-                .ok_or_else(|| ApiError::NotFound(format!("session {} not found", id.as_str())))?;
-            Ok(info(&sessions, &id, &meta))
-        }
-        Route::Commit(id) => {
-            let id = session_id(&id, None)?;
-            let mut body = Body::parse(admitted.body, COMMIT_FIELDS)?;
-            let keep = body.int("keep_recent_count", Some(0), Some(10_000)).unwrap_or(0);
-            let turn_mode = body.literal("retention_mode", &["turn_budget", ""]).is_some_and(|m| m == "turn_budget");
-            let defaults = crate::retention::TurnBudget::default();
-            let as_u64 = |n: i64| u64::try_from(n).unwrap_or(0);
-            let policy = crate::retention::TurnBudget {
-                turns: body.int("keep_recent_turn_count", Some(0), Some(10_000)).map_or(defaults.turns, as_u64),
-                token_budget: body
-                    .int("retained_message_token_budget", Some(1), None)
-                    .map_or(defaults.token_budget, as_u64),
-                min_tail: body.int("min_raw_tail_steps", Some(0), Some(10_000)).map_or(defaults.min_tail, as_u64),
-            };
-            if !turn_mode {
-                let sent: Vec<&str> = TURN_FIELDS.into_iter().filter(|f| body.sent(f)).collect();
-                for field in sent {
-                    body.error(FieldError::new(
-                        field,
-                        "value_error",
-                        "Value error, the turn-budget fields need retention_mode \"turn_budget\"",
-                    ));
-                }
-            }
-            body.finish()?;
-            let (identity, deadline) = (&admitted.identity, &admitted.deadline);
-            let committed = if turn_mode {
-                crate::memory::commit::commit_turn_budget(app, identity, deadline, &id, policy, &now).await?
-            } else {
-                crate::memory::commit::commit(app, identity, deadline, &id, as_u64(keep), &now).await?
-            };
-            Ok(serde_json::to_value(&committed).map_err(|e| ApiError::Internal(e.to_string()))?)
-        }
-        Route::Context(id) => {
-            let id = session_id(&id, None)?;
-            let budget = query.int("token_budget", Some(1), Some(MAX_CONTEXT_BUDGET)).unwrap_or(DEFAULT_CONTEXT_BUDGET);
-            query.finish()?;
-            let mut context = sessions.context(&id, u64::try_from(budget).unwrap_or(0)).await?;
-            cut = fit_context(&mut context, Budget::of(&app.config.limits));
-            Ok(context_json(&context))
-        }
-        Route::ToolResults(id) => {
-            let id = session_id(&id, None)?;
-            let tool_name = query.raw("tool_name").map(str::to_owned);
-            let limit = query.int("limit", Some(1), Some(MAX_TOOL_RESULTS)).unwrap_or(DEFAULT_TOOL_RESULTS);
-            query.finish()?;
-            let mut results = session_tool_results(&sessions, &id).await?;
-            results.retain(|r| tool_name.as_ref().is_none_or(|name| r.tool_name == *name));
-            // The newest first.
-            let listed: Vec<Value> = results
-                .iter()
-                .rev()
-                .take(usize::try_from(limit).unwrap_or(usize::MAX))
-                .map(|r| {
-                    json!({
-                        "tool_result_id": r.id,
-                        "tool_name": r.tool_name,
-                        "status": r.status,
-                        "storage_uri": tool_result_uri(&id, &r.id),
-                        "original_chars": r.chars(),
-                        "created_at": r.created_at,
-                    })
-                })
-                .collect();
-            Ok(json!({ "tool_results": listed }))
-        }
-        Route::ToolResult(id, tid) => {
-            let id = session_id(&id, None)?;
-            let offset = query.int("offset", Some(0), None).unwrap_or(0);
-            let limit = query.int("limit", Some(1), Some(MAX_TOOL_RESULT_PAGE)).unwrap_or(DEFAULT_TOOL_RESULT_PAGE);
-            let metadata = query.boolean("include_metadata").unwrap_or(false);
-            query.finish()?;
-            let result = find_tool_result(&sessions, &id, &tid).await?;
-            let (offset, limit) = (usize::try_from(offset).unwrap_or(usize::MAX), usize::try_from(limit).unwrap_or(0));
-            let (content, has_more) = crate::tool_results::page(&result.output, offset, limit);
-            let mut answer = json!({
-                "tool_result_id": result.id,
-                "content": content,
-                "offset": offset,
-                "limit": limit,
-                "offset_unit": "unicode_code_point",
-                "total_chars": result.chars(),
-                "has_more": has_more,
-            });
-            if metadata {
-                answer["metadata"] = json!({
-                    "tool_name": result.tool_name, "status": result.status, "created_at": result.created_at,
-                    "storage_uri": tool_result_uri(&id, &result.id),
-                });
-            }
-            Ok(answer)
-        }
-        Route::ToolResultSearch(id, tid) => {
-            let id = session_id(&id, None)?;
-            let q = query.required("q");
-            let limit = query.int("limit", Some(1), Some(MAX_TOOL_RESULTS)).unwrap_or(DEFAULT_TOOL_RESULT_MATCHES);
-            let context = query.int("context_chars", Some(0), Some(MAX_TOOL_RESULT_CONTEXT)).unwrap_or(80);
-            query.finish()?;
-            let q = q.unwrap_or_default();
-            let result = find_tool_result(&sessions, &id, &tid).await?;
-            let as_usize = |n: i64| usize::try_from(n).unwrap_or(0);
-            let matches: Vec<Value> = crate::tool_results::search(&result.output, &q, as_usize(limit), as_usize(context))
-                .into_iter()
-                .map(|(offset, snippet)| json!({ "offset": offset, "offset_unit": "unicode_code_point", "snippet": snippet }))
-                .collect();
-            Ok(json!({ "tool_result_id": result.id, "matches": matches }))
-        }
-        Route::Append(id) => {
-            let id = session_id(&id, None)?;
-            let mut body = Body::parse(admitted.body, MESSAGE_FIELDS)?;
-            let message = parse_message(&mut body, &now);
-            body.finish()?;
-            let message = message.ok_or_else(|| ApiError::InvalidArgument("invalid message".into()))?;
-            let appended = sessions.append(&id, message, &now, give_up_at(&admitted.deadline)).await?;
-            Ok(json!({
-                "session_id": id.as_str(),
-                "message_count": appended.meta.live_message_count(),
-                "user_turn_count": appended.meta.user_turn_count,
-                "added": appended.added,
-                "pending_tokens": appended.meta.pending_tokens,
-            }))
-        }
-        Route::Batch(id) => {
-            let id = session_id(&id, None)?;
-            let mut body = Body::parse(admitted.body, &["messages", "telemetry"])?;
-            let items = match body.raw("messages") {
-                Some(Value::Array(items)) => items.clone(),
-                Some(_) => {
-                    body.error(FieldError::new("messages", "list_type", "Input should be a valid list"));
-                    Vec::new()
-                }
-                None => {
-                    body.error(FieldError::new("messages", "missing", "Field required"));
-                    Vec::new()
-                }
-            };
-            if items.len() > MAX_BATCH {
-                body.error(FieldError::new(
-                    "messages",
-                    "too_long",
-                    format!("List should have at most {MAX_BATCH} items after validation, not {}", items.len()),
-                ));
-            }
-            let mut messages = Vec::new();
-            if items.len() <= MAX_BATCH {
-                for (i, item) in items.iter().enumerate() {
-                    let bytes = serde_json::to_vec(item).unwrap_or_default();
-                    match Body::parse(&bytes, MESSAGE_FIELDS) {
-                        Ok(mut inner) => {
-                            let message = parse_message(&mut inner, &now);
-                            match inner.finish() {
-                                Ok(_) => messages.extend(message),
-                                Err(ApiError::Validation(errors)) => {
-                                    for mut e in errors {
-                                        let mut loc = vec![json!("body"), json!("messages"), json!(i)];
-                                        loc.extend(e.loc.drain(1..));
-                                        e.loc = loc;
-                                        body.error(e);
-                                    }
-                                }
-                                Err(other) => return Err(other),
-                            }
-                        }
-                        Err(_) => body.error(
-                            FieldError::new("messages", "model_attributes_type", "Input should be a valid dictionary")
-                                .at(i),
-                        ),
-                    }
-                }
-            }
-            body.finish()?;
-            let total = messages.len();
-            let (mut added, mut applied) = (0, 0);
-            let mut meta = None;
-            let mut stopped = None;
-            // Each append ends before the soft stop or is not counted (a cut
-            // append's outcome is unknown; a retry with its id applies it
-            // once), so the answer always leaves in time. An append that
-            // fails stops the batch: what went before is answered as
-            // applied, and the failure only when nothing was.
-            let stop = tokio::time::Instant::from_std(admitted.deadline.soft_stop());
-            for message in messages {
-                if admitted.deadline.remaining(std::time::Instant::now()) < BATCH_APPEND_RESERVE {
-                    break;
-                }
-                let appending = sessions.append(&id, message, &now, give_up_at(&admitted.deadline));
-                let Ok(appended) = tokio::time::timeout_at(stop, appending).await else {
-                    break;
-                };
-                match appended {
-                    Ok(appended) => {
-                        added += usize::from(appended.added);
-                        applied += 1;
-                        meta = Some(appended.meta);
-                    }
-                    Err(e) => {
-                        stopped = Some(e);
-                        break;
-                    }
-                }
-            }
-            let meta = match (meta, stopped) {
-                (Some(m), stopped) => {
-                    if let Some(e) = stopped {
-                        tracing::warn!(session = id.as_str(), applied, total, error = %e, "a batch append stopped early");
-                    }
-                    m
-                }
-                (None, Some(e)) => return Err(e.into()),
-                (None, None) if total == 0 => sessions.create(&id, &now).await?.0,
-                (None, None) => {
-                    return Err(ApiError::Unavailable(
-                        "the request reached its deadline before any message was applied; retry".into(),
-                    ));
-                }
-            };
-            Ok(json!({
-                "session_id": id.as_str(),
-                "message_count": meta.live_message_count(),
-                "user_turn_count": meta.user_turn_count,
-                "added": added,
-                "applied": applied,
-                "truncated": applied < total,
-                "pending_tokens": meta.pending_tokens,
-            }))
+        None => {
+            body.error(FieldError::new("messages", "missing", "Field required"));
+            Vec::new()
         }
     };
-    Ok((result?, cut))
+    if items.len() > MAX_BATCH {
+        body.error(FieldError::new(
+            "messages",
+            "too_long",
+            format!("List should have at most {MAX_BATCH} items after validation, not {}", items.len()),
+        ));
+    }
+    let mut messages = Vec::new();
+    if items.len() <= MAX_BATCH {
+        for (i, item) in items.iter().enumerate() {
+            let bytes = serde_json::to_vec(item).unwrap_or_default();
+            match Body::parse(&bytes, MESSAGE_FIELDS) {
+                Ok(mut inner) => {
+                    let message = parse_message(&mut inner, now);
+                    match inner.finish() {
+                        Ok(_) => messages.extend(message),
+                        Err(ApiError::Validation(errors)) => {
+                            for mut e in errors {
+                                let mut loc = vec![json!("body"), json!("messages"), json!(i)];
+                                loc.extend(e.loc.drain(1..));
+                                e.loc = loc;
+                                body.error(e);
+                            }
+                        }
+                        Err(other) => return Err(other),
+                    }
+                }
+                Err(_) => body.error(
+                    FieldError::new("messages", "model_attributes_type", "Input should be a valid dictionary").at(i),
+                ),
+            }
+        }
+    }
+    body.finish()?;
+    let total = messages.len();
+    let (mut added, mut applied) = (0, 0);
+    let mut meta = None;
+    let mut stopped = None;
+    // Each append ends before the soft stop or is not counted (a cut
+    // append's outcome is unknown; a retry with its id applies it
+    // once), so the answer always leaves in time. An append that
+    // fails stops the batch: what went before is answered as
+    // applied, and the failure only when nothing was.
+    let stop = tokio::time::Instant::from_std(admitted.deadline.soft_stop());
+    for message in messages {
+        if admitted.deadline.remaining(std::time::Instant::now()) < BATCH_APPEND_RESERVE {
+            break;
+        }
+        let appending = sessions.append(&id, message, now, give_up_at(&admitted.deadline));
+        let Ok(appended) = tokio::time::timeout_at(stop, appending).await else {
+            break;
+        };
+        match appended {
+            Ok(appended) => {
+                added += usize::from(appended.added);
+                applied += 1;
+                meta = Some(appended.meta);
+            }
+            Err(e) => {
+                stopped = Some(e);
+                break;
+            }
+        }
+    }
+    let meta = match (meta, stopped) {
+        (Some(m), stopped) => {
+            if let Some(e) = stopped {
+                tracing::warn!(session = id.as_str(), applied, total, error = %e, "a batch append stopped early");
+            }
+            m
+        }
+        (None, Some(e)) => return Err(e.into()),
+        (None, None) if total == 0 => sessions.create(&id, now).await?.0,
+        (None, None) => {
+            return Err(ApiError::Unavailable(
+                "the request reached its deadline before any message was applied; retry".into(),
+            ));
+        }
+    };
+    Ok((
+        json!({
+            "session_id": id.as_str(),
+            "message_count": meta.live_message_count(),
+            "user_turn_count": meta.user_turn_count,
+            "added": added,
+            "applied": applied,
+            "truncated": applied < total,
+            "pending_tokens": meta.pending_tokens,
+        }),
+        false,
+    ))
 }
 
 fn info(sessions: &Sessions<'_>, id: &SessionId, meta: &SessionMeta) -> Value {
@@ -738,14 +821,42 @@ mod tests {
 
     #[test]
     fn paths_route_by_method() {
-        let post = Method::POST;
-        assert_eq!(route(&post, "/api/v1/sessions").ok(), Some(Route::Create));
-        assert_eq!(route(&post, "/api/v1/sessions/").ok(), Some(Route::Create));
-        assert_eq!(route(&Method::GET, "/api/v1/sessions/s1").ok(), Some(Route::Get("s1".into())));
-        assert_eq!(route(&post, "/api/v1/sessions/s1/messages").ok(), Some(Route::Append("s1".into())));
-        assert_eq!(route(&post, "/api/v1/sessions/s1/messages/batch").ok(), Some(Route::Batch("s1".into())));
-        assert_eq!(route(&post, "/api/v1/sessions/s1").map_err(|e| e.status()).err(), Some(405));
-        assert_eq!(route(&post, "/api/v1/sessions/s1/other").map_err(|e| e.status()).err(), Some(404));
-        assert_eq!(route(&post, "/api/v1/sessionsx").map_err(|e| e.status()).err(), Some(404));
+        let kind = |method: &Method, path: &str| route(method, path).map(|r| (r.kind, r.params));
+        let (get, post) = (Method::GET, Method::POST);
+        let s1 = || vec!["s1".to_owned()];
+        assert_eq!(kind(&post, "/api/v1/sessions").ok(), Some((Kind::Create, vec![])));
+        assert_eq!(kind(&post, "/api/v1/sessions/").ok(), Some((Kind::Create, vec![])));
+        assert_eq!(kind(&get, "/api/v1/sessions").ok(), Some((Kind::List, vec![])));
+        assert_eq!(kind(&get, "/api/v1/sessions/s1").ok(), Some((Kind::Get, s1())));
+        assert_eq!(kind(&Method::DELETE, "/api/v1/sessions/s1").ok(), Some((Kind::Delete, s1())));
+        assert_eq!(kind(&post, "/api/v1/sessions/s1/messages").ok(), Some((Kind::Append, s1())));
+        assert_eq!(kind(&post, "/api/v1/sessions/s1/messages/batch").ok(), Some((Kind::Batch, s1())));
+        assert_eq!(
+            kind(&get, "/api/v1/sessions/s1/archives/archive_002").ok(),
+            Some((Kind::Archive, vec!["s1".to_owned(), "archive_002".to_owned()]))
+        );
+        assert_eq!(
+            kind(&get, "/api/v1/sessions/s1/tool-results/a%2Fb/search").ok(),
+            Some((Kind::ToolResultSearch, vec!["s1".to_owned(), "a/b".to_owned()]))
+        );
+        let refused = |method: &Method, path: &str| route(method, path).map_err(|e| (e.status(), e.to_string())).err();
+        assert_eq!(refused(&post, "/api/v1/sessions/s1").map(|(s, _)| s), Some(405));
+        assert!(refused(&post, "/api/v1/sessions/s1").is_some_and(|(_, m)| m.contains("GET, DELETE")));
+        assert_eq!(refused(&get, "/api/v1/sessions/s1/commit").map(|(s, _)| s), Some(405));
+        assert_eq!(refused(&post, "/api/v1/sessions/s1/other").map(|(s, _)| s), Some(404));
+        assert_eq!(refused(&post, "/api/v1/sessionsx").map(|(s, _)| s), Some(404));
+        assert_eq!(refused(&get, "/api/v1/other").map(|(s, _)| s), Some(404));
+    }
+
+    #[test]
+    fn every_route_of_the_table_is_reachable_and_distinct() {
+        for (i, (method, pattern, kind)) in ROUTES.iter().enumerate() {
+            let path = format!(
+                "/api/v1/sessions/{}",
+                pattern.iter().map(|p| if p.starts_with('{') { "x" } else { p }).collect::<Vec<_>>().join("/")
+            );
+            let routed = route(method, &path).map(|r| r.kind).ok();
+            assert_eq!(routed, Some(*kind), "{method} {path} (entry {i})");
+        }
     }
 }

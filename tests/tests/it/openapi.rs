@@ -1173,7 +1173,11 @@ const UNDEPLOYED_ROUTES: &[(&str, &str)] = &[
 /// `(_, [id, "commit"]) => want(&Method::POST, Route::Commit(…)),` (`("",
 /// _)` is `prefix` itself, an identifier a `{name}` segment).
 ///
-/// The methods: the one `want` names, else those of the variant's line in
+/// Or as a route table below `prefix`: `(Method::GET, &["{id}", "context"],
+/// Kind::Context),`, each `Kind::Context => context(cx, …)` of `fn run`
+/// reading what its handler reads.
+///
+/// The methods: the one `want` (or the table) names, else those of the variant's line in
 /// `fn handle`'s table of allowed methods (`Route::Skill(_) =>
 /// &[Method::GET, Method::PUT, Method::DELETE],`), else any.
 ///
@@ -1215,6 +1219,26 @@ fn module_query_reads(module: &'static str, file: &str, prefix: Option<&str>) ->
         }
         if let Some(name) = fn_name(line) {
             (function, arm) = (name.to_owned(), Vec::new());
+        }
+        // A route table's entry, below `prefix`: `(Method::GET, &["{id}",
+        // "context"], Kind::Context),`.
+        if let (Some(prefix), Some(rest)) = (prefix, line.strip_prefix("(Method::"))
+            && let Some((method, rest)) = rest.split_once(", &[")
+            && let Some((segments, variant)) = rest.split_once("], Kind::")
+        {
+            let segments: Vec<&str> =
+                segments.split(',').map(|s| s.trim().trim_matches('"')).filter(|s| !s.is_empty()).collect();
+            let path = if segments.is_empty() { prefix.to_owned() } else { format!("{prefix}/{}", segments.join("/")) };
+            paths.push((path, Some(method.to_owned()), identifier(variant).to_owned()));
+        }
+        // A table's dispatch in `fn run`: `Kind::Context => context(cx, …)`
+        // reads what the handler reads.
+        if function == "run"
+            && let Some((variant, handler)) = line.strip_prefix("Kind::").and_then(|l| l.split_once(" => "))
+        {
+            let variant = identifier(variant).to_owned();
+            arms.insert(variant.clone());
+            helpers.entry(variant).or_default().insert(identifier(handler).to_owned());
         }
         if function == "route" {
             if let Some((alternatives, variant)) = line.strip_prefix('"').and_then(|l| l.split_once("\" => Route::")) {
