@@ -17,6 +17,8 @@
 //! - [`tables`]: the request tables of `find` and `search`: a row's
 //!   request and the check of a refused row's answer.
 //! - [`xml`]: a rendered block parsed back with a real XML parser.
+//! - [`gateway`]: the local gateway's dispatch from a function's name to
+//!   its handler.
 //! - [`on_both_stores!`]: a suite's checks as tests on both store
 //!   backends (`local::<check>`, `s3::<check>`).
 //!
@@ -24,13 +26,16 @@
 //! suite): `cargo test -p skald-tests --test it find_api::` runs one.
 //!
 //! The one binary, `local_gateway` (`src/bin/local_gateway.rs`), serves
-//! every route on one loopback port for `scripts/conformance.sh`. The
+//! every route on one loopback port: in-process for
+//! `scripts/conformance.sh`, in front of `cargo lambda watch` for
+//! `scripts/run-local.sh`. The
 //! benches, and `model_stub` (the [`model_server`] serving its echo answers
 //! standalone), are in the `skald-bench` crate (`bench/`).
 
 pub mod counting;
 pub mod faults;
 pub mod fixture;
+pub mod gateway;
 pub mod model_server;
 pub mod moto;
 pub mod s3vectors;

@@ -122,22 +122,6 @@ fn matches(pattern: &str, path: &str) -> bool {
     pattern.len() == path.len()
 }
 
-async fn dispatch(function: &str, app: Arc<App>, request: http::Request<Bytes>) -> http::Response<String> {
-    match function {
-        "find" => skald::api::find::handle(&app, request).await,
-        "search-context" => skald::api::search::handle(&app, request).await,
-        "recall-preset" => skald::api::recall::handle(&app, request).await,
-        "bootstrap" => skald::api::bootstrap::handle(&app, request).await,
-        "sessions" => skald::api::sessions::handle(&app, request).await,
-        "content" => skald::api::content::handle(&app, request).await,
-        "mcp" => skald_mcp::handle(&app, request).await,
-        other => {
-            let error = skald::api::error::ApiError::NotFound(format!("no function {other} in this gateway"));
-            skald::api::error_response(&error)
-        }
-    }
-}
-
 /// OpenViking's 404 envelope for a path no function serves.
 fn not_found(parts: &http::request::Parts) -> hyper::Response<Full<Bytes>> {
     let error = skald::api::error::ApiError::NotFound(format!("no route {} {}", parts.method, parts.uri.path()));
@@ -202,7 +186,12 @@ async fn handle(
     let event = lambda_http::Request::from_parts(parts, body);
     let handler = |app: Arc<App>, request: http::Request<Bytes>| {
         let function = function.clone();
-        async move { dispatch(&function, app, request).await }
+        async move {
+            skald_tests::gateway::dispatch(&function, app, request).await.unwrap_or_else(|| {
+                let error = skald::api::error::ApiError::NotFound(format!("no function {function} in this gateway"));
+                skald::api::error_response(&error)
+            })
+        }
     };
     let response = skald_lambda::serve(&app, &handler, event).await;
     let (parts, body) = response.into_parts();

@@ -925,6 +925,25 @@ fn routes_are_the_templates_and_the_watch_routers() {
     assert_none(&failures);
 }
 
+/// Every function the watch router names is one the local gateway
+/// dispatches to, and answers there: a route added to the router cannot be
+/// forgotten in the gateway.
+#[tokio::test]
+async fn the_local_gateway_dispatches_every_function_of_the_watch_router() {
+    let (app, _dirs) = skald_tests::fixture::app_with_corpus(&[], true).await;
+    let mut functions: Vec<String> = watch_router().into_iter().map(|(_, f)| f).collect();
+    functions.sort();
+    functions.dedup();
+    assert!(functions.len() >= 7, "the router's functions: {functions:?}");
+    for function in &functions {
+        let request = http::Request::builder().method("GET").uri("/health").body(bytes::Bytes::new()).expect("request");
+        let answer = skald_tests::gateway::dispatch(function, std::sync::Arc::clone(&app), request).await;
+        assert!(answer.is_some(), "the watch router names {function}, the local gateway does not dispatch it");
+    }
+    let request = http::Request::builder().uri("/").body(bytes::Bytes::new()).expect("request");
+    assert!(skald_tests::gateway::dispatch("bench_use", app, request).await.is_none());
+}
+
 /// A method and path no route serves reaches the function the watch
 /// router's catch-all names — deployed through the template's `$default`
 /// route (behind the JWT like every route but `/health`), locally through
