@@ -81,3 +81,16 @@ fn the_retrieval_toolkit_is_borrowed_from_retrieval_not_find() {
     }
     assert!(found.is_empty(), "the retrieval toolkit taken from `find`:\n{}", found.join("\n"));
 }
+
+/// The limits that keep the house readable: `BENCHMARKS.md` holds current
+/// figures only (at most 25 KB; history is in git), and the search route's
+/// module parses and serialises only (at most 350 lines).
+#[test]
+fn the_readers_limits_hold() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let benchmarks = std::fs::metadata(root.join("BENCHMARKS.md")).expect("BENCHMARKS.md").len();
+    assert!(benchmarks <= 25 * 1024, "BENCHMARKS.md is {benchmarks} bytes, over 25 KB");
+    let search = std::fs::read_to_string(library().join("api/search.rs")).expect("api/search.rs");
+    let lines = search.lines().count();
+    assert!(lines <= 350, "shared/src/api/search.rs is {lines} lines, over 350");
+}
