@@ -127,8 +127,7 @@ fn render(
     // The episode is its own summary: the abstract and overview tiers a
     // block shows are the exchange itself, not a line about it.
     let mut body = format!(
-        "# Summary\nSession {}, {} ({}) {}–{}:\n",
-        session.as_str(),
+        "# Summary\n{} ({}) {}–{}:\n",
         day(first),
         first.weekday(),
         clock(first),
@@ -237,7 +236,7 @@ mod tests {
         // The episode is its own summary, every line verbatim.
         assert_eq!(
             episode.body,
-            "# Summary\nSession chat-7, 2026-07-14 (Tuesday) 21:05–2026-07-15 00:01:\n[21:05] user: Our dog Biscuit is \
+            "# Summary\n2026-07-14 (Tuesday) 21:05–2026-07-15 00:01:\n[21:05] user: Our dog Biscuit is \
              allergic to chicken.\n[21:06] assistant: Noted: no chicken for Biscuit.\nAnything else?\n[2026-07-15 00:01] \
              user (alice): No, thanks.\n"
         );
