@@ -14,6 +14,9 @@ if ! python3 -c "import moto.server, flask, werkzeug" >/dev/null 2>&1; then
 fi
 
 cargo fmt --all -- --check
+# The evaluation sets' files (questions, evidence, the parts answers need).
+python3 tests/eval/check.py
+python3 tests/eval/retrieval/check.py
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
