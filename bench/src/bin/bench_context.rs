@@ -745,6 +745,7 @@ fn synthetic_candidates(n: usize, seed: u64) -> Vec<Candidate> {
                 full_tokens,
                 dedup_key,
                 span: None,
+                level: skald::index::record::LEVEL_FILE,
             }
         })
         .collect()

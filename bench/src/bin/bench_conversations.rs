@@ -336,6 +336,8 @@ async fn evaluate(
     let app = skald::app::App::with_parts(config, temp.store().clone(), embedder);
     let mut results = Results::default();
     let mut windows: Vec<String> = Vec::new();
+    // Each message's episode (its path), for the score dump.
+    let mut episode_of: HashMap<String, String> = HashMap::new();
     for session in &conversation.sessions {
         let id = format!("{}-{}", conversation.name, session.id);
         for chunk in session.messages.chunks(100) {
@@ -370,6 +372,9 @@ async fn evaluate(
         let session_id = SessionId::new(&id).unwrap_or_else(|e| fail("session id", e));
         let made = episodes(&session_id, 1, &stored, time::OffsetDateTime::UNIX_EPOCH, &memory.episode_options());
         results.episodes += made.len();
+        for e in &made {
+            episode_of.extend(e.message_ids.iter().map(|m| (m.clone(), e.path.clone())));
+        }
         windows.extend(made.into_iter().map(|e| e.body));
         results.messages += session.messages.len();
     }
@@ -412,6 +417,7 @@ async fn evaluate(
         };
         let mut block_1600 = String::new();
         let mut raw_1600 = String::new();
+        let mut block_uris: Vec<Value> = Vec::new();
         for (budget, way) in [(400, "block 400"), (1600, "block 1600")] {
             let mut body = json!({"query": q.question, "mode": "context", "max_tokens": budget});
             if let Some(limit) = limit {
@@ -427,6 +433,10 @@ async fn evaluate(
             let rendered = normal(&unescape(reply["result"]["rendered"].as_str().unwrap_or_default()));
             score(way, held(&rendered));
             if budget == 1600 {
+                block_uris = reply["result"]["entries"]
+                    .as_array()
+                    .map(|e| e.iter().map(|e| e["uri"].clone()).collect())
+                    .unwrap_or_default();
                 raw_1600 = unescape(reply["result"]["rendered"].as_str().unwrap_or_default());
                 results.block_tokens.push(reply["result"]["stats"]["used_tokens"].as_u64().unwrap_or(0));
                 block_1600 = rendered;
@@ -462,9 +472,12 @@ async fn evaluate(
             for hit in reply["result"]["memories"].as_array().cloned().unwrap_or_default() {
                 let uri = hit["uri"].as_str().unwrap_or_default().to_owned();
                 let text = read_uri(&temp, &uri).await;
-                rows.push(json!({"score": hit["score"], "evidence": held(&text).found}));
+                rows.push(json!({"uri": uri, "score": hit["score"], "evidence": held(&text).found}));
             }
-            let line = json!({"conversation": conversation.name, "q": q.id, "kind": q.kind, "wanted": wanted.len(), "hits": rows});
+            let parts: Vec<Vec<&String>> =
+                needs.iter().map(|p| p.iter().filter_map(|id| episode_of.get(*id)).collect()).collect();
+            let line = json!({"conversation": conversation.name, "q": q.id, "kind": q.kind, "wanted": wanted.len(),
+                "answered": held(&block_1600).answer, "block": block_uris, "needs": parts, "hits": rows});
             let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).expect("dump file");
             std::io::Write::write_all(&mut file, format!("{line}\n").as_bytes()).expect("dump");
         }

@@ -273,6 +273,7 @@ fn text_entry(uri: &VikingUri, category: Category, text: &str, budget: usize) ->
             full_tokens: None,
             dedup_key: uri.to_string(),
             span: None,
+            level: crate::index::record::LEVEL_FILE,
         },
         tier,
         text,

@@ -2,7 +2,7 @@
 //! bootstrap manifest) hands the planner, with everything the plan needs
 //! known before any read.
 
-use crate::index::record::{LEVEL_FILE, Span};
+use crate::index::record::{LEVEL_FILE, Level, Span};
 use crate::index::{Category, Record};
 use crate::uri::VikingUri;
 
@@ -59,6 +59,9 @@ pub struct Candidate {
     /// For a passage of a long file: where it sits in the file (its text
     /// is the `full` tier, read from the file).
     pub span: Option<Span>,
+    /// The record's level: [`LEVEL_FILE`] for a file, `LEVEL_PASSAGE + n`
+    /// for passage `n`, lower for a directory.
+    pub level: Level,
 }
 
 impl Candidate {
@@ -82,6 +85,7 @@ impl Candidate {
                 None => record.source_hash.clone(),
             },
             span: record.span,
+            level: record.level,
         }
     }
 

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 
 use super::candidate::{Candidate, Origin};
+use super::neighbours;
 use super::params::{AssembleParams, OTHER_PEER_OVERFETCH, PeerScope};
 use super::{Named, Origins};
 use crate::identity::Identity;
@@ -255,10 +256,13 @@ fn merge(lists: Vec<Vec<Candidate>>) -> Vec<Candidate> {
 }
 
 /// Gathers candidates for `params` (flat, or bucketed when quotas are set)
-/// with one query vector per planned query.
+/// with one query vector per planned query, then the piece after each
+/// ([`neighbours`]) where the searches' filters admit it.
 ///
 /// Cost: one search per (scope × query), all sent at once
-/// ([`AccountIndex::search`]).
+/// ([`AccountIndex::search`]); then one lookup of the next pieces
+/// (segments: a scan of the loaded index; S3 Vectors: one `GetVectors` per
+/// 100 nodes, a failure of which only leaves them out).
 ///
 /// # Errors
 /// [`IndexError::Vectors`] when an S3 Vectors query fails.
@@ -331,6 +335,23 @@ pub async fn gather(
             sort(&mut all);
             out.candidates = all;
         }
+    }
+    // The piece after each candidate, where the search would have found it.
+    let nodes: Vec<_> = out.candidates.iter().flat_map(neighbours::next_nodes).collect();
+    if !nodes.is_empty() {
+        let found = match index.lookup(&nodes).await {
+            Ok(found) => found,
+            Err(error) => {
+                tracing::warn!(%error, "next pieces not looked up; the block is served without them");
+                Vec::new()
+            }
+        };
+        let found: Vec<Record> = found
+            .into_iter()
+            .filter(|r| !is_profile(r) && !exclusion.excludes(&r.uri) && filters.iter().any(|f| f.matches(r)))
+            .collect();
+        neighbours::join(&mut out.candidates, &found);
+        sort(&mut out.candidates);
     }
     Ok(out)
 }

@@ -18,6 +18,7 @@ use crate::tokens::estimate_tokens;
 pub mod bootstrap;
 pub mod candidate;
 pub mod gather;
+pub mod neighbours;
 pub mod params;
 pub mod plan;
 pub mod read;

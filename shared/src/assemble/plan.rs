@@ -435,6 +435,7 @@ mod tests {
             full_tokens: tokens.2,
             dedup_key: path.to_owned(),
             span: None,
+            level: crate::index::record::LEVEL_FILE,
         }
     }
 

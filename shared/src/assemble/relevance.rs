@@ -119,6 +119,7 @@ mod tests {
             full_tokens: Some(2),
             dedup_key: name.to_owned(),
             span: None,
+            level: crate::index::record::LEVEL_FILE,
         }
     }
 

@@ -97,6 +97,37 @@ pub fn episodes(
         .collect()
 }
 
+/// Where the episode after the one at `uri` may be, as [`episodes`] names
+/// them (`…/events/YYYY/MM/DD/{session}-{archive}-{NN}.md`): number `NN +
+/// 1` of the same archive, in the same day's folder or the next day's (an
+/// exchange that crossed midnight). Empty for a URI that is not an
+/// episode's. Pure: whether either exists is the caller's question.
+#[must_use]
+pub fn next_uris(uri: &str) -> Vec<String> {
+    let parts: Vec<&str> = uri.rsplitn(6, '/').collect();
+    let [name, day, month, year, "events", head] = parts.as_slice() else { return Vec::new() };
+    let Some(stem) = name.strip_suffix(".md") else { return Vec::new() };
+    let mut pieces = stem.rsplitn(3, '-');
+    let (Some(number), Some(archive), Some(session)) = (pieces.next(), pieces.next(), pieces.next()) else {
+        return Vec::new();
+    };
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    let Some(next) =
+        number.parse::<usize>().ok().filter(|_| digits(number) && digits(archive)).and_then(|n| n.checked_add(1))
+    else {
+        return Vec::new();
+    };
+    let date = (|| {
+        let month = time::Month::try_from(month.parse::<u8>().ok()?).ok()?;
+        time::Date::from_calendar_date(year.parse().ok()?, month, day.parse().ok()?).ok()
+    })();
+    let Some(date) = date else { return Vec::new() };
+    let name = format!("{session}-{archive}-{next:02}.md");
+    let folder =
+        |d: time::Date| format!("{head}/events/{:04}/{:02}/{:02}/{name}", d.year(), u8::from(d.month()), d.day());
+    std::iter::once(date).chain(date.next_day()).map(folder).collect()
+}
+
 /// When `message` was said: its `created_at` as sent, else `fallback`.
 fn said_at(message: &StoredMessage, fallback: OffsetDateTime) -> OffsetDateTime {
     OffsetDateTime::parse(&message.created_at, &Rfc3339).unwrap_or(fallback)
@@ -245,6 +276,42 @@ mod tests {
         let ids: Vec<&[String]> = out.iter().map(|e| e.message_ids.as_slice()).collect();
         assert_eq!(ids, [&["m1".to_owned(), "m2".to_owned()][..], &["m3".to_owned()][..]]);
         assert_eq!(out[1].path, "memories/events/2026/07/15/chat-7-002-02.md");
+    }
+
+    #[test]
+    fn each_episode_is_among_the_next_uris_of_the_one_before() {
+        let session = SessionId::new("a-b-7").expect("id");
+        // Crosses midnight and a month's end.
+        let start = OffsetDateTime::parse("2026-01-31T23:50:00+01:00", &Rfc3339).expect("time");
+        let said: Vec<StoredMessage> = (0..30)
+            .map(|i| {
+                let role = if i % 2 == 0 { "user" } else { "assistant" };
+                let at = (start + time::Duration::minutes(i)).format(&Rfc3339).expect("format");
+                message(&format!("m{i}"), role, "hello there", &at)
+            })
+            .collect();
+        let out = episodes(&session, 12, &said, fallback(), &EpisodeOptions::default());
+        assert_eq!(out.len(), 15);
+        for pair in out.windows(2) {
+            let next = next_uris(&format!("viking://user/u/{}", pair[0].path));
+            assert!(next.contains(&format!("viking://user/u/{}", pair[1].path)), "{next:?} {}", pair[1].path);
+        }
+        assert_eq!(
+            next_uris("viking://user/u/memories/events/2026/12/31/s-001-99.md"),
+            [
+                "viking://user/u/memories/events/2026/12/31/s-001-100.md",
+                "viking://user/u/memories/events/2027/01/01/s-001-100.md"
+            ]
+        );
+        for not_one in [
+            "viking://user/u/memories/events/2026/12/31/notes.md",
+            "viking://user/u/memories/events/2026/12/31/s-1x-02.md",
+            "viking://user/u/memories/events/2026/13/31/s-001-02.md",
+            "viking://user/u/memories/entities/2026/12/31/s-001-02.md",
+            "viking://resources/s-001-02.md",
+        ] {
+            assert!(next_uris(not_one).is_empty(), "{not_one}");
+        }
     }
 
     #[test]

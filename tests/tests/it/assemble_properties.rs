@@ -197,6 +197,11 @@ fn candidate() -> impl Strategy<Value = (Candidate, Option<u8>)> {
                 overview_tokens: overview,
                 full_tokens: full,
                 dedup_key: String::new(),
+                level: match (is_directory, span) {
+                    (true, _) => skald::index::record::LEVEL_ABSTRACT,
+                    (false, None) => skald::index::record::LEVEL_FILE,
+                    (false, Some(_)) => skald::index::record::LEVEL_PASSAGE,
+                },
                 span,
             };
             (candidate, dup)
@@ -777,6 +782,7 @@ fn candidate_at(
         full_tokens: full,
         dedup_key: path.to_owned(),
         span: None,
+        level: skald::index::record::LEVEL_FILE,
     }
 }
 

@@ -2307,6 +2307,7 @@ fn entry(truncated: bool) -> skald::assemble::Entry {
             full_tokens: Some(40),
             // The cut entry is a passage too: every optional part set.
             span: truncated.then_some(skald::index::record::Span { start: 0, end: 39, first_line: 12, last_line: 30 }),
+            level: if truncated { skald::index::record::LEVEL_PASSAGE } else { skald::index::record::LEVEL_FILE },
         },
         tier: skald::assemble::params::Tier::Full,
         text: "Steps for a kubernetes cluster upgrade.".into(),
