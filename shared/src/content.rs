@@ -284,17 +284,18 @@ impl<'a> Content<'a> {
 
     /// The abstract of `uri`: a directory's `.abstract.md` (a placeholder
     /// when it has none), a file's own abstract (its summary section or
-    /// first paragraph, cut to `max_bytes`).
+    /// first paragraph; an episode's digest, as [`crate::ingest::abstract_for`]), cut to `max_bytes`.
     ///
     /// Cost: one or two GETs (and a LIST for a directory without sidecar).
     ///
     /// # Errors
     /// Forbidden; [`ContentError::NotFound`] when nothing is there.
     pub async fn abstract_of(&self, uri: &VikingUri, max_bytes: usize) -> Result<String, ContentError> {
+        let home = self.identity.resolve_home(uri);
         self.summary(
             uri,
             ".abstract.md",
-            |text| extract::file_abstract(text, max_bytes),
+            |text| crate::ingest::abstract_for(&home, text, max_bytes),
             |text| extract::sidecar_text(text, max_bytes),
         )
         .await

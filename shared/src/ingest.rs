@@ -170,13 +170,26 @@ pub fn event_date(uri: &VikingUri) -> Option<i64> {
     Some(date.midnight().assume_utc().unix_timestamp())
 }
 
+/// A file's abstract as the index and the content routes give it: an
+/// episode's digest ([`crate::memory::episodes::digest`]: what the user
+/// said whole, replies cut short), any other file's summary section or
+/// first paragraph ([`file_abstract`]); cut to `max_bytes`.
+#[must_use]
+pub fn abstract_for(uri: &VikingUri, text: &str, max_bytes: usize) -> String {
+    use crate::memory::episodes;
+    episodes::is_episode(uri.as_str())
+        .then(|| episodes::digest(full_text(text), episodes::DIGEST_CONTEXT_TOKENS))
+        .flatten()
+        .map_or_else(|| file_abstract(text, max_bytes), |d| cut_to_bytes(&d, max_bytes).to_owned())
+}
+
 /// The level-2 record of a file, or `None` when the URI is never indexed
 /// (sessions). Events take `created_at` from their path date when it has one.
 #[must_use]
 pub fn file_record(uri: &VikingUri, text: &str, times: Times, options: &IngestOptions) -> Option<Pending> {
     let (context_type, category) = classify(uri)?;
     let doc = split_frontmatter(text);
-    let abstract_text = file_abstract(text, options.abstract_max_bytes);
+    let abstract_text = abstract_for(uri, text, options.abstract_max_bytes);
     let tags = doc.frontmatter.map(frontmatter_tags).unwrap_or_default();
     let embed_text = cut_to_bytes(&format!("{abstract_text}\n{}", doc.body.trim()), options.embed_max_bytes).to_owned();
     let created_at = event_date(uri).unwrap_or(times.created_at);

@@ -7,9 +7,9 @@
 //! `detail = auto` spends tokens on rank:
 //! - round 0 gives every entry, in rank order, its floor text (the
 //!   abstract; an overview or body for a node without one; the whole body
-//!   of a memory file at most [`WHOLE_FACTOR`] times its abstract, whose
-//!   abstract is mostly a prefix of it) whole when it fits within the
-//!   floor cap (a short file whole: the budget left) and the budget, else
+//!   of a memory file at most [`WHOLE_FACTOR`] times its abstract) whole
+//!   when it fits within the floor cap (a memory's or a short file's: the
+//!   budget left) and the budget, else
 //!   cut to fit (at a character boundary, rendered `truncated="true"`)
 //!   when at least [`MIN_CUT_TOKENS`] of it fit; an entry that fits no
 //!   text is left out;
@@ -212,7 +212,7 @@ fn passage_whole(c: &Candidate, room: usize) -> Option<Tier> {
 
 /// Whether `c` is a file short enough to show whole from round 0: its
 /// full text may reach `full` and costs at most [`WHOLE_FACTOR`] times
-/// its abstract (whose text is then mostly a prefix of it).
+/// its abstract.
 fn short_enough_whole(c: &Candidate) -> bool {
     ceiling(c) == Tier::Full
         && c.abstract_tokens > 0
@@ -220,11 +220,13 @@ fn short_enough_whole(c: &Candidate) -> bool {
 }
 
 /// How much longer than its abstract a file may be and still show whole
-/// in round 0. Chosen on the conversational evaluation (`BENCHMARKS.md`):
-/// with one-exchange episodes, 2 to 6 hold the evidence in a 1600-token
-/// block for 59.5–59.9% of questions against 54.2% with abstracts first;
-/// the retrieval set's context scores are unchanged.
-pub const WHOLE_FACTOR: f64 = 2.5;
+/// in round 0: 1, a file whose abstract is all of it. Chosen on the
+/// conversational evaluation (`BENCHMARKS.md`): an episode's abstract is
+/// its digest (what the user said, replies left out), and digests first
+/// hold what 82.7% of answers need in a 1600-token block against 79.5%
+/// with a factor of 2.5 (most exchanges whole); the retrieval set's
+/// context scores are unchanged.
+pub const WHOLE_FACTOR: f64 = 1.0;
 
 struct Budget {
     max: usize,
@@ -312,9 +314,14 @@ pub fn plan(candidates: &[Candidate], request: &PlanRequest<'_>) -> Plan {
                 // beats a bare URI even when many candidates share a small
                 // budget.
                 let shortest_cut = (envelope(c, tier, true) + MIN_CUT_TOKENS * 4).div_ceil(4);
-                // A short file shown whole may take what the budget has
-                // left: cutting it would save little.
-                let cap = if tier == Tier::Full { usize::MAX } else { floor_cap };
+                // A memory's floor is never cut to the cap, only to what the
+                // budget has left: a memory cut short is a broken statement
+                // (on the conversational evaluation, capped digests held
+                // what 36% of answers need at 400 tokens, uncapped 59%; the
+                // retrieval set lost 0.1 point). A short file shown whole
+                // may take what the budget has left too: cutting it would
+                // save little.
+                let cap = if tier == Tier::Full || c.is_memory { usize::MAX } else { floor_cap };
                 let room = cap.max(shortest_cut).min(budget.room(c.category).saturating_sub(sep));
                 let (tokens, body) = cost(c, tier)?;
                 if tokens <= room {
@@ -502,9 +509,8 @@ mod tests {
     #[test]
     fn an_abstract_over_the_floor_cap_is_cut_not_bared() {
         // Dense abstracts (as CJK ones are) over a quarter of the budget.
-        let mut cs: Vec<Candidate> = (0..3)
-            .map(|i| cand(&format!("user/u/memories/entities/e{i}.md"), Category::Entities, 0.9, (120, None, None)))
-            .collect();
+        let mut cs: Vec<Candidate> =
+            (0..3).map(|i| cand(&format!("resources/e{i}.md"), Category::Resources, 0.9, (120, None, None))).collect();
         cs.extend((3..8).map(|i| cand(&format!("resources/r{i}.md"), Category::Resources, 0.5, (20, None, None))));
         let p = plan(&cs, &auto(300));
         assert!(p.tokens <= 300, "{p:?}");
@@ -514,6 +520,18 @@ mod tests {
         // With room, the cut grows back to the whole abstract.
         let p = plan(&cs[..1], &auto(300));
         assert_eq!((p.entries[0].tier, p.entries[0].cut, p.entries[0].body_tokens), (Tier::Abstract, false, 120));
+        // A memory's abstract is never cut to the cap, only to the budget
+        // left: the first two whole, the third where the budget ends.
+        let memories: Vec<Candidate> = (0..3)
+            .map(|i| cand(&format!("user/u/memories/entities/e{i}.md"), Category::Entities, 0.9, (120, None, None)))
+            .collect();
+        let p = plan(&memories, &auto(300));
+        let cuts: Vec<_> = p.entries.iter().map(|e| (e.candidate, e.cut)).collect();
+        assert_eq!((cuts.as_slice(), p.dropped), (&[(0, false), (1, false)][..], 1), "{p:?}");
+        let p = plan(&memories, &auto(360));
+        let cuts: Vec<_> = p.entries.iter().map(|e| (e.candidate, e.cut)).collect();
+        assert_eq!(cuts, [(0, false), (1, false), (2, true)], "{p:?}");
+        assert!(p.tokens <= 360, "{p:?}");
     }
 
     #[test]
@@ -554,10 +572,11 @@ mod tests {
     #[test]
     fn a_short_memory_shows_whole_from_round_0_and_a_long_one_its_abstract() {
         let cs = [
-            // Full text 2× the abstract: whole, even past the floor cap (100 of 400).
-            cand("user/u/memories/events/short.md", Category::Events, 0.9, (60, None, Some(120))),
-            // Full text 10× the abstract: its abstract first.
-            cand("user/u/memories/events/long.md", Category::Events, 0.8, (30, None, Some(300))),
+            // Full text no longer than the abstract: whole, even past the
+            // floor cap (100 of 400).
+            cand("user/u/memories/events/short.md", Category::Events, 0.9, (120, None, Some(120))),
+            // Full text longer than the abstract: its abstract first.
+            cand("user/u/memories/events/long.md", Category::Events, 0.8, (30, None, Some(400))),
             // A resource stops at its abstract, however short.
             cand("resources/r.md", Category::Resources, 0.7, (30, None, Some(40))),
         ];

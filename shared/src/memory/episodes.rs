@@ -128,6 +128,99 @@ pub fn next_uris(uri: &str) -> Vec<String> {
     std::iter::once(date).chain(date.next_day()).map(folder).collect()
 }
 
+/// Estimated tokens an episode's digest keeps of a message the user then
+/// answers (the assistant's question the user's reply needs). Default 24,
+/// about a sentence.
+pub const DIGEST_CONTEXT_TOKENS: usize = 24;
+
+/// Whether `uri` names an episode, as [`episodes`] names them.
+#[must_use]
+pub fn is_episode(uri: &str) -> bool {
+    !next_uris(uri).is_empty()
+}
+
+/// An episode's digest, its abstract: the header, every user message
+/// whole, every other message the user then answers cut to
+/// `context_tokens` estimated tokens (with `…`), and the replies after the
+/// user's last message left out (an episode of no user message keeps its
+/// first, cut). What the user said is the memory and the replies are
+/// context: on the conversational evaluation a 1600-token block of
+/// digests held what 82% of answers need, against 79% with whole
+/// exchanges (`BENCHMARKS.md`). `None` when `body` (an episode's text,
+/// fields block removed) holds no message line.
+///
+/// Cost: one pass over `body`.
+#[must_use]
+pub fn digest(body: &str, context_tokens: usize) -> Option<String> {
+    // (line, where its text starts, is the user's), a message's next
+    // lines folded into it.
+    let mut header: Vec<&str> = Vec::new();
+    let mut said: Vec<(String, usize, bool)> = Vec::new();
+    for line in body.lines() {
+        if said.is_empty() && line.trim() == "# Summary" {
+            // The heading older episodes carry.
+            continue;
+        }
+        match (speaker(line), said.last_mut()) {
+            (Some((start, user)), _) => said.push((line.to_owned(), start, user)),
+            (None, Some((text, _, _))) => {
+                text.push('\n');
+                text.push_str(line);
+            }
+            (None, None) => header.push(line),
+        }
+    }
+    let last_user = said.iter().rposition(|(_, _, user)| *user).unwrap_or(0);
+    let mut out = header.join("\n");
+    for (line, start, user) in said.get(..=last_user)? {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        let text = &line[*start..];
+        let kept = if *user { text } else { cut_at_word(text, context_tokens) };
+        out.push_str(&line[..*start]);
+        out.push_str(kept.trim_end());
+        if kept.len() < text.len() {
+            out.push('…');
+        }
+    }
+    Some(out)
+}
+
+/// The longest prefix of `text` within `tokens` estimated tokens that does
+/// not end inside a Latin word (back to its last space when it would).
+fn cut_at_word(text: &str, tokens: usize) -> &str {
+    let kept = crate::tokens::truncate_to_tokens(text, tokens);
+    let inside = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    let mid_word = inside(kept.chars().next_back()) && inside(text[kept.len()..].chars().next());
+    match kept.rfind(char::is_whitespace) {
+        Some(at) if mid_word => &kept[..at],
+        _ => kept,
+    }
+}
+
+/// Where a message line as [`render`] writes it (`user: …`, `[21:06]
+/// assistant: …`, `user (alice): …`) starts its text, and whether the
+/// speaker is the user; `None` for any other line (a message's next line).
+fn speaker(line: &str) -> Option<(usize, bool)> {
+    let mut rest = line;
+    if let Some(after) = line.strip_prefix('[') {
+        let close = after.find("] ")?;
+        let when = &after[..close];
+        if when.is_empty() || !when.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'-' | b':' | b' ')) {
+            return None;
+        }
+        rest = &after[close + 2..];
+    }
+    let role = ["user", "assistant", "system", "tool"].into_iter().find(|r| rest.starts_with(r))?;
+    let mut after = &rest[role.len()..];
+    if let Some(peer) = after.strip_prefix(" (") {
+        after = &peer[peer.find("):")? + 1..];
+    }
+    let text = after.strip_prefix(": ").or_else(|| (after == ":").then_some(""))?;
+    Some((line.len() - text.len(), role == "user"))
+}
+
 /// When `message` was said: its `created_at` as sent, else `fallback`.
 fn said_at(message: &StoredMessage, fallback: OffsetDateTime) -> OffsetDateTime {
     OffsetDateTime::parse(&message.created_at, &Rfc3339).unwrap_or(fallback)
@@ -155,23 +248,27 @@ fn render(
         first.day(),
         if stem.is_empty() { "session" } else { stem }
     );
-    // The episode is its own summary: the abstract and overview tiers a
-    // block shows are the exchange itself, not a line about it.
-    let mut body = format!(
-        "# Summary\n{} ({}) {}–{}:\n",
-        day(first),
-        first.weekday(),
-        clock(first),
-        if day(first) == day(last) { clock(last) } else { format!("{} {}", day(last), clock(last)) }
-    );
+    // One header gives the date and time; a line carries its own time only
+    // when it differs from the header's (every token a block spends on
+    // framing is one it cannot spend on what was said).
+    let mut body = format!("{} ({}) {}", day(first), first.weekday(), clock(first));
+    if (day(last), clock(last)) != (day(first), clock(first)) {
+        let to = if day(first) == day(last) { clock(last) } else { format!("{} {}", day(last), clock(last)) };
+        body.push_str(&format!("–{to}"));
+    }
+    body.push('\n');
     for (message, text) in messages.iter().zip(texts) {
         let at = said_at(message, fallback);
-        let when = if day(at) == day(first) { clock(at) } else { format!("{} {}", day(at), clock(at)) };
         let speaker = match &message.peer_id {
             Some(peer) if !peer.is_empty() => format!("{} ({peer})", message.role),
             _ => message.role.clone(),
         };
-        body.push_str(&format!("[{when}] {speaker}: {text}\n"));
+        if (day(at), clock(at)) == (day(first), clock(first)) {
+            body.push_str(&format!("{speaker}: {text}\n"));
+        } else {
+            let when = if day(at) == day(first) { clock(at) } else { format!("{} {}", day(at), clock(at)) };
+            body.push_str(&format!("[{when}] {speaker}: {text}\n"));
+        }
     }
     Episode { path, body, message_ids: messages.iter().map(|m| m.id.clone()).collect() }
 }
@@ -264,12 +361,20 @@ mod tests {
         // The speaker's own date (not UTC's 15 July).
         assert_eq!(episode.path, "memories/events/2026/07/14/chat-7-002-01.md");
         assert_eq!(episode.message_ids, ["m1", "m2", "m3"]);
-        // The episode is its own summary, every line verbatim.
+        // One header dates it; a line says its own time only when it
+        // differs; every line verbatim.
         assert_eq!(
             episode.body,
-            "# Summary\n2026-07-14 (Tuesday) 21:05–2026-07-15 00:01:\n[21:05] user: Our dog Biscuit is \
-             allergic to chicken.\n[21:06] assistant: Noted: no chicken for Biscuit.\nAnything else?\n[2026-07-15 00:01] \
-             user (alice): No, thanks.\n"
+            "2026-07-14 (Tuesday) 21:05–2026-07-15 00:01\nuser: Our dog Biscuit is allergic to chicken.\n[21:06] \
+             assistant: Noted: no chicken for Biscuit.\nAnything else?\n[2026-07-15 00:01] user (alice): No, thanks.\n"
+        );
+        // Its digest keeps the user's words and what they answer.
+        assert_eq!(
+            digest(&episode.body, 3).as_deref(),
+            Some(
+                "2026-07-14 (Tuesday) 21:05–2026-07-15 00:01\nuser: Our dog Biscuit is allergic to chicken.\n[21:06] \
+                 assistant: Noted: no…\n[2026-07-15 00:01] user (alice): No, thanks."
+            )
         );
         // By default, one exchange an episode.
         let out = episodes(&session, 2, &said, fallback(), &EpisodeOptions::default());
@@ -330,7 +435,7 @@ mod tests {
         assert_eq!(out[0].path, "memories/events/2030/01/01/s-001-01.md");
         assert!(
             out[0].body.ends_with(
-                "[00:00] assistant: Reading the file.\n[tool read: input {\"pat… (15 chars); output xxxxx… (1000 \
+                "assistant: Reading the file.\n[tool read: input {\"pat… (15 chars); output xxxxx… (1000 \
                  chars)]\n"
             ),
             "{}",
@@ -355,5 +460,54 @@ mod tests {
         assert_eq!(a[0].path, "memories/events/2026/01/02/hidden-003-01.md", "no hidden file");
         let ids: Vec<&String> = a.iter().flat_map(|e| &e.message_ids).collect();
         assert_eq!(ids.len(), 20, "every message in exactly one episode");
+    }
+
+    #[test]
+    fn a_digest_keeps_what_the_user_said_and_what_they_answered() {
+        // (episode body, context tokens, its digest)
+        let rows: &[(&str, usize, Option<&str>)] = &[
+            // The reply after the user's last message is left out.
+            (
+                "2026-01-02 (Friday) 10:05\nuser: We moved to Porto.\nassistant: Congratulations on the move!\n",
+                24,
+                Some("2026-01-02 (Friday) 10:05\nuser: We moved to Porto."),
+            ),
+            // A question the user answers keeps its opening; a user
+            // message keeps every line.
+            (
+                "2026-01-02 (Friday) 10:05\nassistant: What is your dog called, and how old is she?\nuser: Pimenta.\nShe is two.\n",
+                4,
+                Some("2026-01-02 (Friday) 10:05\nassistant: What is your dog…\nuser: Pimenta.\nShe is two."),
+            ),
+            // No user message: the first message, cut.
+            (
+                "2026-01-02 (Friday) 10:05\nassistant: A long note about the weather.\nassistant: And more.\n",
+                2,
+                Some("2026-01-02 (Friday) 10:05\nassistant: A long…"),
+            ),
+            // Older episodes: a `# Summary` heading and a time on every line.
+            (
+                "# Summary\n2026-01-02 (Friday) 10:05–10:05:\n[10:05] user (bob): Hi.\n[10:05] assistant: Hello!\n",
+                24,
+                Some("2026-01-02 (Friday) 10:05–10:05:\n[10:05] user (bob): Hi."),
+            ),
+            // A line that only looks like a speaker's is the message's next line.
+            (
+                "2026-01-02 (Friday) 10:05\nuser: Notes:\nusers: many\n[soon] assistant: x\nassistant: Sure.\n",
+                24,
+                Some("2026-01-02 (Friday) 10:05\nuser: Notes:\nusers: many\n[soon] assistant: x"),
+            ),
+            // Chinese text is cut by its token estimate (1.5 a character).
+            (
+                "2026-01-02 (Friday) 10:05\nassistant: 你的狗叫什么名字？\nuser: 年糕。\n",
+                3,
+                Some("2026-01-02 (Friday) 10:05\nassistant: 你的…\nuser: 年糕。"),
+            ),
+            ("Just notes, nobody speaking.\n", 24, None),
+            ("", 24, None),
+        ];
+        for (body, tokens, want) in rows {
+            assert_eq!(digest(body, *tokens).as_deref(), *want, "{body:?}");
+        }
     }
 }

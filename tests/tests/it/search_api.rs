@@ -1074,10 +1074,11 @@ async fn a_big_budget_serves_memories_full_directories_at_overview_and_resources
     assert_eq!(stat(&result, "bytes_read"), bytes, "bytes_read is the size of the objects read");
     let fill = &result["stats"]["fill"];
     assert_eq!(fill["overview_upgrades"], 1, "{fill}");
-    // The corpus's memories are short: whole from the first round, not
-    // lifted by an upgrade.
-    assert_eq!(entries(&result).iter().filter(|e| e["detail"] == "full").count(), MEMORY_FILES.len());
-    assert_eq!(fill["full_upgrades"], 0, "{fill}");
+    // Every memory whole: those whose abstract is all of them from the
+    // first round, the others lifted by an upgrade.
+    let full = entries(&result).iter().filter(|e| e["detail"] == "full").count();
+    assert_eq!(full, MEMORY_FILES.len());
+    assert!(fill["full_upgrades"].as_u64().is_some_and(|n| n > 0 && n as usize <= full), "{fill}");
     assert_eq!(fill["spare_upgrades"], 0, "nothing past a cap of {}", result["stats"]["per_entry_cap"]);
 }
 
