@@ -284,7 +284,8 @@ impl<'a> Content<'a> {
 
     /// The abstract of `uri`: a directory's `.abstract.md` (a placeholder
     /// when it has none), a file's own abstract (its summary section or
-    /// first paragraph; an episode's digest, as [`crate::ingest::abstract_for`]), cut to `max_bytes`.
+    /// first paragraph; an episode's digest, as
+    /// [`crate::ingest::abstract_for`]), cut to `max_bytes`.
     ///
     /// Cost: one or two GETs (and a LIST for a directory without sidecar).
     ///

@@ -375,7 +375,7 @@ async fn what_a_committed_session_said_is_found_later() {
     let say = |id: &'static str, role: &'static str, text: &'static str, at: &'static str| json!({"id": id, "role": role, "content": text, "created_at": at});
     let batch = json!({"messages": [
         say("m1", "user", "Our dog Biscuit is allergic to chicken.", "2026-03-09T08:15:00+01:00"),
-        say("m2", "assistant", "Noted: no chicken for Biscuit.", "2026-03-09T08:15:20+01:00"),
+        say("m2", "assistant", "Noted: no chicken for Biscuit. Lamb or fish kibble are the usual alternatives; check treats and dental chews too, since many hide chicken fat.", "2026-03-09T08:15:20+01:00"),
         say("m3", "user", "Also, the marathon is in Lisbon this year.", "2026-03-09T08:16:00+01:00"),
         say("m4", "assistant", "Lisbon it is.", "2026-03-09T08:16:30+01:00"),
     ]});
@@ -389,7 +389,8 @@ async fn what_a_committed_session_said_is_found_later() {
     assert_eq!(
         text,
         "2026-03-09 (Monday) 08:15\nuser: Our dog Biscuit is allergic to chicken.\nassistant: Noted: no chicken for \
-         Biscuit.\n"
+         Biscuit. Lamb or fish kibble are the usual alternatives; check treats and dental chews too, since many \
+         hide chicken fat.\n"
     );
 
     let find = json!({"query": "what is my dog allergic to", "limit": 5});
@@ -402,6 +403,15 @@ async fn what_a_committed_session_said_is_found_later() {
     let block = call(&app, Handler::Search, "POST", "/api/v1/search/search", &[], Some(&search)).await;
     let rendered = ok(&block)["rendered"].as_str().expect("rendered").to_owned();
     assert!(rendered.contains("Biscuit is allergic to chicken"), "{rendered}");
+    assert!(rendered.contains("since many hide chicken fat."), "a roomy block holds the whole exchange: {rendered}");
+
+    // A tight budget shows the episode's digest: what the user said,
+    // without the reply.
+    let tight = json!({"query": "what is my dog allergic to", "mode": "context", "max_tokens": 64});
+    let block = call(&app, Handler::Search, "POST", "/api/v1/search/search", &[], Some(&tight)).await;
+    let rendered = ok(&block)["rendered"].as_str().expect("rendered").to_owned();
+    assert!(rendered.contains("detail=\"abstract\">\n2026-03-09 (Monday) 08:15\nuser: Our dog Biscuit"), "{rendered}");
+    assert!(!rendered.contains("Noted"), "{rendered}");
 
     // Another user of the account sees none of it.
     let bob = [("X-OpenViking-User", "bob")];
