@@ -261,8 +261,8 @@ fn merge(lists: Vec<Vec<Candidate>>) -> Vec<Candidate> {
 ///
 /// Cost: one search per (scope × query), all sent at once
 /// ([`AccountIndex::search`]); then one lookup of the next pieces
-/// (segments: a scan of the loaded index; S3 Vectors: one `GetVectors` per
-/// 100 nodes, a failure of which only leaves them out).
+/// (segments: a hash lookup per node in the loaded index; S3 Vectors: one
+/// `GetVectors` per 100 nodes, a failure of which only leaves them out).
 ///
 /// # Errors
 /// [`IndexError::Vectors`] when an S3 Vectors query fails.
