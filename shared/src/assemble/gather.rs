@@ -352,6 +352,16 @@ pub async fn gather(
             .collect();
         neighbours::join(&mut out.candidates, &found);
         sort(&mut out.candidates);
+        // A quota bounds its bucket's entries, next pieces included: the
+        // best `quota` of each bucket stay.
+        if let Some(quotas) = &params.quotas {
+            let mut taken: BTreeMap<Category, usize> = BTreeMap::new();
+            out.candidates.retain(|c| {
+                let n = taken.entry(c.category).or_default();
+                *n += 1;
+                quotas.get(&c.category).is_none_or(|&quota| *n <= quota)
+            });
+        }
     }
     Ok(out)
 }

@@ -413,6 +413,14 @@ async fn what_a_committed_session_said_is_found_later() {
     assert!(rendered.contains("detail=\"abstract\">\n2026-03-09 (Monday) 08:15\nuser: Our dog Biscuit"), "{rendered}");
     assert!(!rendered.contains("Noted"), "{rendered}");
 
+    // A quota bounds the bucket, the episode after a hit included.
+    let one =
+        json!({"query": "what is my dog allergic to", "mode": "context", "max_tokens": 800, "quotas": {"events": 1}});
+    let block = call(&app, Handler::Search, "POST", "/api/v1/search/search", &[], Some(&one)).await;
+    let served: Vec<&str> =
+        ok(&block)["entries"].as_array().expect("entries").iter().filter_map(|e| e["uri"].as_str()).collect();
+    assert_eq!(served, [event], "one event entry for a quota of one");
+
     // Another user of the account sees none of it.
     let bob = [("X-OpenViking-User", "bob")];
     let theirs = call(&app, Handler::Find, "POST", "/api/v1/search/find", &bob, Some(&find)).await;
