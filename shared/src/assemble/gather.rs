@@ -257,7 +257,8 @@ fn merge(lists: Vec<Vec<Candidate>>) -> Vec<Candidate> {
 
 /// Gathers candidates for `params` (flat, or bucketed when quotas are set)
 /// with one query vector per planned query, then the piece after each
-/// ([`neighbours`]) where the searches' filters admit it.
+/// ([`neighbours`]) where the searches' filters admit it; with quotas,
+/// each bucket keeps its best `quota` entries, next pieces included.
 ///
 /// Cost: one search per (scope × query), all sent at once
 /// ([`AccountIndex::search`]); then one lookup of the next pieces
