@@ -172,15 +172,20 @@ pub fn event_date(uri: &VikingUri) -> Option<i64> {
 
 /// A file's abstract as the index and the content routes give it: an
 /// episode's digest ([`crate::memory::episodes::digest`]: what the user
-/// said whole, replies cut short), any other file's summary section or
-/// first paragraph ([`file_abstract`]); cut to `max_bytes`.
+/// said whole, replies cut short; cut to the larger of `max_bytes` and
+/// [`crate::memory::episodes::DIGEST_MAX_BYTES`]), any other file's
+/// summary section or first paragraph ([`file_abstract`], cut to
+/// `max_bytes`).
 #[must_use]
 pub fn abstract_for(uri: &VikingUri, text: &str, max_bytes: usize) -> String {
     use crate::memory::episodes;
     episodes::is_episode(uri.as_str())
         .then(|| episodes::digest(full_text(text), episodes::DIGEST_CONTEXT_TOKENS))
         .flatten()
-        .map_or_else(|| file_abstract(text, max_bytes), |d| cut_to_bytes(&d, max_bytes).to_owned())
+        .map_or_else(
+            || file_abstract(text, max_bytes),
+            |d| cut_to_bytes(&d, max_bytes.max(episodes::DIGEST_MAX_BYTES)).to_owned(),
+        )
 }
 
 /// The level-2 record of a file, or `None` when the URI is never indexed
@@ -581,4 +586,25 @@ pub(crate) async fn commit_batch(
         tracing::info!(account = %account, dropped = committed.dropped, "changes older than the index were not committed");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An episode's abstract keeps a long user message whole; any other
+    /// file's is cut to `max_bytes`.
+    #[test]
+    fn an_episode_abstract_keeps_the_users_words_whole() {
+        let said =
+            format!("I moved to Alvalade on June 1st. {}", "The flat has a balcony over the market. ".repeat(14));
+        let body = format!("2025-06-01 (Sunday) 09:00\nuser: {said}\nassistant: Congratulations on the move!\n");
+        assert!(said.len() > 400, "{}", said.len());
+        let episode = VikingUri::parse("viking://user/u/memories/events/2025/06/01/s-001-01.md").expect("uri");
+        let digest = abstract_for(&episode, &body, 400);
+        assert!(digest.contains(said.trim_end()), "{digest}");
+        assert!(!digest.contains("Congratulations"), "{digest}");
+        let note = VikingUri::parse("viking://resources/notes/move.md").expect("uri");
+        assert!(abstract_for(&note, &body, 400).len() <= 400);
+    }
 }
