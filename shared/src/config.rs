@@ -328,7 +328,8 @@ impl Default for EmbeddingConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct IndexConfig {
-    /// Abstract size in bytes. Default 400.
+    /// Abstract size in bytes. Default 400; an episode's digest keeps at
+    /// least [`crate::memory::episodes::DIGEST_MAX_BYTES`].
     pub abstract_max_bytes: usize,
     /// Bytes of a file's text (abstract first, then body) that are embedded.
     /// Default 2000.

@@ -134,9 +134,10 @@ pub fn next_uris(uri: &str) -> Vec<String> {
 pub const DIGEST_CONTEXT_TOKENS: usize = 24;
 
 /// The most bytes an episode's digest keeps as its abstract: 1,200, where
-/// any other file's abstract keeps `index.abstract_max_bytes` (400). The
-/// user's words stay whole (an episode holds at most 600 estimated
-/// tokens); the planner still cuts a digest to what the budget has left.
+/// any other file's abstract keeps `index.abstract_max_bytes` (400), so
+/// a long message stays whole (only one near an episode's 600 estimated
+/// tokens is still cut); the planner cuts a digest to what the budget
+/// has left.
 /// On the conversational evaluation (`BENCHMARKS.md`) 400 bytes cut long
 /// messages mid-sentence: the answer in the 1600-token block 82.7 % →
 /// 83.2 % with 1,200.
