@@ -284,8 +284,9 @@ impl<'a> Content<'a> {
 
     /// The abstract of `uri`: a directory's `.abstract.md` (a placeholder
     /// when it has none), a file's own abstract (its summary section or
-    /// first paragraph; an episode's digest, as
-    /// [`crate::ingest::abstract_for`]), cut to `max_bytes`.
+    /// first paragraph, cut to `max_bytes`; an episode's digest, cut to at
+    /// least [`crate::memory::episodes::DIGEST_MAX_BYTES`]; as
+    /// [`crate::ingest::abstract_for`] gives them).
     ///
     /// Cost: one or two GETs (and a LIST for a directory without sidecar).
     ///
