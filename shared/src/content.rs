@@ -282,8 +282,8 @@ impl<'a> Content<'a> {
         Ok(if !raw && is_memory { visible_memory_text(&text).to_owned() } else { text.into_owned() })
     }
 
-    /// The abstract of `uri`: a directory's `.abstract.md` (a placeholder
-    /// when it has none), a file's own abstract (its summary section or
+    /// The abstract of `uri`: a directory's `.abstract.md` cut to
+    /// `max_bytes` (a placeholder when it has none), a file's own abstract (its summary section or
     /// first paragraph, cut to `max_bytes`; an episode's digest, cut to at
     /// least [`crate::memory::episodes::DIGEST_MAX_BYTES`]; as
     /// [`crate::ingest::abstract_for`] gives them).
