@@ -52,8 +52,10 @@ pub struct Episode {
 
 /// Where each episode starts and ends in `messages`: windows of at most
 /// `max_messages` messages and `max_tokens` estimated tokens (`tokens`
-/// gives a message's), each cut before a user message when it is nearly
-/// full (so a question and its answer stay together).
+/// gives a message's), each cut before a user message when the message
+/// and a reply would not fit (so what the user said and its answer stay
+/// together: at the default of 2, every user message starts a window,
+/// and two user messages in a row do not shift the exchanges after them).
 #[must_use]
 pub fn windows(tokens: &[usize], is_user: &[bool], options: &EpisodeOptions) -> Vec<std::ops::Range<usize>> {
     let max_messages = options.max_messages.max(1);
@@ -63,7 +65,7 @@ pub fn windows(tokens: &[usize], is_user: &[bool], options: &EpisodeOptions) -> 
         let count = i - start;
         let full = count >= max_messages
             || (count > 0 && used + t > options.max_tokens)
-            || (count + 1 >= max_messages && is_user.get(i).copied().unwrap_or(false) && count >= 2);
+            || (count > 0 && count + 2 > max_messages && is_user.get(i).copied().unwrap_or(false));
         if count > 0 && full {
             out.push(start..i);
             (start, used) = (i, 0);
@@ -334,24 +336,35 @@ mod tests {
 
     #[test]
     fn windows_hold_exchanges_within_both_bounds() {
-        let options = EpisodeOptions { max_messages: 4, max_tokens: 100, tool_excerpt_chars: 10 };
-        // (token estimates, which are the user's, the windows as start..end)
-        type Row<'a> = (&'a [usize], &'a [bool], &'a [(usize, usize)]);
+        // (max messages, token estimates, which are the user's, the windows
+        // as start..end)
+        type Row<'a> = (usize, &'a [usize], &'a [bool], &'a [(usize, usize)]);
+        let (u, a) = (true, false);
         let rows: &[Row<'_>] = &[
-            (&[], &[], &[]),
-            (&[5], &[true], &[(0, 1)]),
+            (4, &[], &[], &[]),
+            (4, &[5], &[u], &[(0, 1)]),
             // u a u a | u a: four messages at most.
-            (&[5; 6], &[true, false, true, false, true, false], &[(0, 4), (4, 6)]),
+            (4, &[5; 6], &[u, a, u, a, u, a], &[(0, 4), (4, 6)]),
             // u a a | u a a: cut before a user message when nearly full.
-            (&[5; 6], &[true, false, false, true, false, false], &[(0, 3), (3, 6)]),
+            (4, &[5; 6], &[u, a, a, u, a, a], &[(0, 3), (3, 6)]),
             // The token bound: 60 + 50 > 100.
-            (&[60, 50, 10], &[true, false, true], &[(0, 1), (1, 3)]),
+            (4, &[60, 50, 10], &[u, a, u], &[(0, 1), (1, 3)]),
             // A message longer than the bound is a window of its own.
-            (&[10, 500, 10], &[true, false, true], &[(0, 1), (1, 2), (2, 3)]),
+            (4, &[10, 500, 10], &[u, a, u], &[(0, 1), (1, 2), (2, 3)]),
+            // One exchange per window.
+            (2, &[5; 4], &[u, a, u, a], &[(0, 2), (2, 4)]),
+            // Two user messages in a row: the exchanges after stay whole.
+            (2, &[5; 5], &[u, u, a, u, a], &[(0, 1), (1, 3), (3, 5)]),
+            // Two replies in a row: the second stands alone.
+            (2, &[5; 5], &[u, a, a, u, a], &[(0, 2), (2, 3), (3, 5)]),
+            // An assistant's opening line: its own window.
+            (2, &[5; 3], &[a, u, a], &[(0, 1), (1, 3)]),
+            (1, &[5; 3], &[u, a, u], &[(0, 1), (1, 2), (2, 3)]),
         ];
-        for (tokens, users, want) in rows {
+        for (max_messages, tokens, users, want) in rows {
+            let options = EpisodeOptions { max_messages: *max_messages, max_tokens: 100, tool_excerpt_chars: 10 };
             let got: Vec<(usize, usize)> = windows(tokens, users, &options).iter().map(|r| (r.start, r.end)).collect();
-            assert_eq!(got, *want, "{tokens:?} {users:?}");
+            assert_eq!(got, *want, "{max_messages} {tokens:?} {users:?}");
         }
     }
 
