@@ -7,7 +7,9 @@
 //! `detail = auto` spends tokens on rank:
 //! - round 0 gives every entry, in rank order, its floor text (the
 //!   abstract; an overview or body for a node without one; the whole body
-//!   of a memory file at most [`WHOLE_FACTOR`] times its abstract) whole
+//!   of a memory file at most [`WHOLE_FACTOR`] times its abstract, or of
+//!   the first entry when a memory within [`BEST_WHOLE_SHARE`] of the
+//!   budget) whole
 //!   when it fits within the floor cap (a memory's or a short file's: the
 //!   budget left) and the budget, else
 //!   cut to fit (at a character boundary, rendered `truncated="true"`)
@@ -210,6 +212,24 @@ fn passage_whole(c: &Candidate, room: usize) -> Option<Tier> {
     (c.span.is_some() && cost(c, Tier::Full).is_some_and(|(tokens, _)| tokens <= room)).then_some(Tier::Full)
 }
 
+/// `full` when `c`, the first entry placed, is a memory file (not a
+/// passage) whose whole text costs at most [`BEST_WHOLE_SHARE`] of the
+/// budget and fits `room`: the best match shows all of itself (an
+/// episode's replies too, which its digest leaves out), the rest their
+/// floors.
+fn best_whole(c: &Candidate, max: usize, room: usize) -> Option<Tier> {
+    let (tokens, _) = cost(c, Tier::Full).filter(|_| c.is_memory && c.span.is_none())?;
+    (tokens as f64 <= BEST_WHOLE_SHARE * max as f64 && tokens <= room).then_some(Tier::Full)
+}
+
+/// The share of the budget the best entry may take whole in round 0: a
+/// quarter (400 tokens at 1600). Chosen on the conversational evaluation
+/// (`BENCHMARKS.md`): the answer in a 1600-token block rose from 83.4% to
+/// 84.1%, and every evidence message from 38.8% to 49.5%, against 84.0%
+/// and 48.2% at 0.15 and no gain at 0.4; the second and third entries
+/// whole too gained less (84.0%, 83.7%). The 400-token block is unchanged.
+pub const BEST_WHOLE_SHARE: f64 = 0.25;
+
 /// Whether `c` is a file short enough to show whole from round 0: its
 /// full text may reach `full` and costs at most [`WHOLE_FACTOR`] times
 /// its abstract.
@@ -307,7 +327,8 @@ pub fn plan(candidates: &[Candidate], request: &PlanRequest<'_>) -> Plan {
             }
             None => {
                 let whole = passage_whole(c, floor_cap.min(budget.room(c.category).saturating_sub(sep)));
-                whole.or_else(|| floor_tier(c))
+                let best = out.entries.is_empty().then(|| best_whole(c, max, budget.room(c.category))).flatten();
+                whole.or(best).or_else(|| floor_tier(c))
             }
             .and_then(|tier| {
                 // The floor cap, but never below the shortest cut: a text
@@ -586,6 +607,24 @@ mod tests {
         // With no room for it whole, the short file is cut like any floor text.
         let p = plan(&cs[..1], &auto(90));
         assert_eq!((p.entries[0].tier, p.entries[0].cut), (Tier::Full, true), "{p:?}");
+    }
+
+    #[test]
+    fn the_best_memory_shows_whole_within_a_quarter_of_the_budget() {
+        let cs: Vec<Candidate> = (0..40)
+            .map(|i| cand(&format!("user/u/memories/events/e{i}.md"), Category::Events, 0.5, (30, None, Some(300))))
+            .collect();
+        // 1600: the best whole (about 310 of 400), every other its digest.
+        let p = plan(&cs, &auto(1600));
+        assert_eq!(tiers(&p)[..3], [(0, Tier::Full), (1, Tier::Abstract), (2, Tier::Abstract)], "{p:?}");
+        assert!(!p.entries[0].cut && p.tokens <= 1600, "{p:?}");
+        // 800: a quarter is 200, too little: the best shows its digest too.
+        assert_eq!(tiers(&plan(&cs, &auto(800)))[0], (0, Tier::Abstract));
+        // A resource first stops at its abstract; the memory after it is
+        // not the first entry.
+        let mut mixed = vec![cand("resources/r.md", Category::Resources, 0.9, (30, None, Some(300)))];
+        mixed.extend(cs.iter().cloned());
+        assert_eq!(tiers(&plan(&mixed, &auto(1600)))[..2], [(0, Tier::Abstract), (1, Tier::Abstract)]);
     }
 
     #[test]
