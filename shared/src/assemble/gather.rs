@@ -317,6 +317,7 @@ pub async fn gather(
         None => {
             let mut all = merge(lists.into_iter().map(|(_, _, l)| l).collect());
             out.searched.0.push(("all", all.len()));
+            neighbours::cohere(&mut all);
             sort(&mut all);
             all.truncate(params.limit);
             out.candidates = all;
@@ -328,6 +329,7 @@ pub async fn gather(
                     lists.iter_mut().filter(|(_, g, _)| *g == group).map(|(_, _, l)| std::mem::take(l)).collect();
                 let mut found = merge(group_lists);
                 out.searched.0.push((bucket.as_str(), found.len()));
+                neighbours::cohere(&mut found);
                 sort(&mut found);
                 found.truncate(quota);
                 buckets.push(found);

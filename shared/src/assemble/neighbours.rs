@@ -85,6 +85,59 @@ pub fn join(candidates: &mut Vec<Candidate>, found: &[Record]) {
     }
 }
 
+/// The share of its best adjacent hit's rank score an episode gains when
+/// the exchange before or after it is a candidate too: 0.05 (0.03 from a
+/// neighbour at 0.65). A conversation dwells on a topic for a few turns,
+/// so a hit whose neighbour matches too is more likely the one asked
+/// about than a lone one that scores the same. On the conversational
+/// evaluation (`BENCHMARKS.md`) the answer in the 400-token block rose
+/// from 59.8% to 60.7% and in the 1600-token block from 84.1% to 84.2%;
+/// 0.02 gave 60.6% and 84.3%, 0.1 lost (57.5%, 82.4%), and two or three
+/// exchanges either side gained less in a replay of the top 40 hits.
+pub const ADJACENT_EPISODE_SHARE: f64 = 0.05;
+
+/// Raises each episode among `candidates` by [`ADJACENT_EPISODE_SHARE`]
+/// of the better rank score of the episodes just before and after it in
+/// its archive, when either is a candidate (scores as they were before
+/// any raise; `score`, what the block shows, is left as it is). Other
+/// candidates are unchanged. The order is the caller's to restore.
+///
+/// Cost: one URI parse per candidate and a hash map of the episodes.
+pub fn cohere(candidates: &mut [Candidate]) {
+    let places: Vec<Option<(&str, &str, usize)>> = candidates
+        .iter()
+        .map(|c| {
+            (c.level == LEVEL_FILE && c.is_memory)
+                .then(|| crate::memory::episodes::Place::of(c.uri.as_str()))
+                .flatten()
+                .map(|p| (p.tree, p.archive, p.number))
+        })
+        .collect();
+    let mut best: HashMap<(&str, &str, usize), f64> = HashMap::new();
+    for (place, c) in places.iter().zip(candidates.iter()) {
+        if let Some(place) = place {
+            let slot = best.entry(*place).or_insert(f64::NEG_INFINITY);
+            *slot = slot.max(c.rank_score);
+        }
+    }
+    let raises: Vec<f64> = places
+        .iter()
+        .map(|place| {
+            let Some((tree, archive, number)) = *place else { return 0.0 };
+            let around = [number.checked_sub(1), number.checked_add(1)];
+            around
+                .into_iter()
+                .flatten()
+                .filter_map(|n| best.get(&(tree, archive, n)))
+                .fold(None, |m: Option<f64>, s| Some(m.map_or(*s, |m| m.max(*s))))
+                .map_or(0.0, |s| ADJACENT_EPISODE_SHARE * s.max(0.0))
+        })
+        .collect();
+    for (c, raise) in candidates.iter_mut().zip(raises) {
+        c.rank_score += raise;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,6 +211,39 @@ mod tests {
         ];
         let want: Vec<(String, Level, String)> =
             want.iter().map(|(n, l, s)| ((*n).to_owned(), *l, (*s).to_owned())).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn an_episode_whose_neighbour_is_a_hit_too_rises() {
+        let mut candidates = vec![
+            candidate(&format!("{E}/chat-001-04.md"), LEVEL_FILE, 0.60),
+            // 04's neighbour: 04 gains 0.05 × 0.70, 05 gains 0.05 × 0.60.
+            candidate(&format!("{E}/chat-001-05.md"), LEVEL_FILE, 0.70),
+            // Beside 06 (below): gains 0.05 × 0.50.
+            candidate(&format!("{E}/chat-001-07.md"), LEVEL_FILE, 0.62),
+            // Another archive, another tree: alone.
+            candidate(&format!("{E}/chat-002-03.md"), LEVEL_FILE, 0.62),
+            candidate("user/v/memories/events/2026/07/14/chat-001-06.md", LEVEL_FILE, 0.62),
+            // Not episodes: unchanged.
+            candidate("user/u/resources/guide.md", LEVEL_PASSAGE, 0.65),
+            candidate("user/u/memories/preferences/food.md", LEVEL_FILE, 0.64),
+        ];
+        // An exchange that crossed midnight is still 05's and 07's
+        // neighbour, and gains from the better (0.05 × 0.70).
+        candidates.push(candidate("user/u/memories/events/2026/07/15/chat-001-06.md", LEVEL_FILE, 0.50));
+        cohere(&mut candidates);
+        let got: Vec<String> = candidates.iter().map(|c| format!("{:.3}/{:.2}", c.rank_score, c.score)).collect();
+        let want = [
+            "0.635/0.60",
+            "0.730/0.70",
+            "0.645/0.62",
+            "0.620/0.62",
+            "0.620/0.62",
+            "0.650/0.65",
+            "0.640/0.64",
+            "0.535/0.50",
+        ];
         assert_eq!(got, want);
     }
 

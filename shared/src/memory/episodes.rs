@@ -99,35 +99,54 @@ pub fn episodes(
         .collect()
 }
 
+/// Where an episode sits in its conversation, parsed from its URI as
+/// [`episodes`] names them (`{tree}/events/YYYY/MM/DD/{session}-{archive}-{NN}.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place<'a> {
+    /// Everything before `/events/`: the user's (or peer's) memories.
+    pub tree: &'a str,
+    /// The day folder it is in.
+    pub date: time::Date,
+    /// `{session}-{archive}`: the archive it came from.
+    pub archive: &'a str,
+    /// Its number within the archive, from 1.
+    pub number: usize,
+}
+
+impl<'a> Place<'a> {
+    /// The place of the episode at `uri`; `None` for a URI that is not an
+    /// episode's.
+    #[must_use]
+    pub fn of(uri: &'a str) -> Option<Self> {
+        let parts: Vec<&str> = uri.rsplitn(6, '/').collect();
+        let [name, day, month, year, "events", tree] = parts.as_slice() else { return None };
+        let stem = name.strip_suffix(".md")?;
+        let (archive, number) = stem.rsplit_once('-')?;
+        let (session, archive_number) = archive.rsplit_once('-')?;
+        let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+        if session.is_empty() || !digits(number) || !digits(archive_number) {
+            return None;
+        }
+        let month = time::Month::try_from(month.parse::<u8>().ok()?).ok()?;
+        let date = time::Date::from_calendar_date(year.parse().ok()?, month, day.parse().ok()?).ok()?;
+        Some(Self { tree, date, archive, number: number.parse().ok()? })
+    }
+}
+
 /// Where the episode after the one at `uri` may be, as [`episodes`] names
-/// them (`…/events/YYYY/MM/DD/{session}-{archive}-{NN}.md`): number `NN +
-/// 1` of the same archive, in the same day's folder or the next day's (an
-/// exchange that crossed midnight). Empty for a URI that is not an
-/// episode's. Pure: whether either exists is the caller's question.
+/// them: number `NN + 1` of the same archive, in the same day's folder or
+/// the next day's (an exchange that crossed midnight). Empty for a URI
+/// that is not an episode's. Pure: whether either exists is the caller's
+/// question.
 #[must_use]
 pub fn next_uris(uri: &str) -> Vec<String> {
-    let parts: Vec<&str> = uri.rsplitn(6, '/').collect();
-    let [name, day, month, year, "events", head] = parts.as_slice() else { return Vec::new() };
-    let Some(stem) = name.strip_suffix(".md") else { return Vec::new() };
-    let mut pieces = stem.rsplitn(3, '-');
-    let (Some(number), Some(archive), Some(session)) = (pieces.next(), pieces.next(), pieces.next()) else {
-        return Vec::new();
+    let Some(place) = Place::of(uri) else { return Vec::new() };
+    let Some(next) = place.number.checked_add(1) else { return Vec::new() };
+    let name = format!("{}-{next:02}.md", place.archive);
+    let folder = |d: time::Date| {
+        format!("{}/events/{:04}/{:02}/{:02}/{name}", place.tree, d.year(), u8::from(d.month()), d.day())
     };
-    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
-    let Some(next) =
-        number.parse::<usize>().ok().filter(|_| digits(number) && digits(archive)).and_then(|n| n.checked_add(1))
-    else {
-        return Vec::new();
-    };
-    let date = (|| {
-        let month = time::Month::try_from(month.parse::<u8>().ok()?).ok()?;
-        time::Date::from_calendar_date(year.parse().ok()?, month, day.parse().ok()?).ok()
-    })();
-    let Some(date) = date else { return Vec::new() };
-    let name = format!("{session}-{archive}-{next:02}.md");
-    let folder =
-        |d: time::Date| format!("{head}/events/{:04}/{:02}/{:02}/{name}", d.year(), u8::from(d.month()), d.day());
-    std::iter::once(date).chain(date.next_day()).map(folder).collect()
+    std::iter::once(place.date).chain(place.date.next_day()).map(folder).collect()
 }
 
 /// Estimated tokens an episode's digest keeps of a message the user then
@@ -148,7 +167,7 @@ pub const DIGEST_MAX_BYTES: usize = 1200;
 /// Whether `uri` names an episode, as [`episodes`] names them.
 #[must_use]
 pub fn is_episode(uri: &str) -> bool {
-    !next_uris(uri).is_empty()
+    Place::of(uri).is_some()
 }
 
 /// An episode's digest, its abstract: the header, every user message
@@ -439,6 +458,32 @@ mod tests {
             "viking://resources/s-001-02.md",
         ] {
             assert!(next_uris(not_one).is_empty(), "{not_one}");
+        }
+    }
+
+    #[test]
+    fn a_place_is_read_from_an_episode_uri_only() {
+        let e = "viking://user/u/memories/events";
+        let at = |y, m: time::Month, d| time::Date::from_calendar_date(y, m, d).expect("date");
+        // (uri, its place as (tree, day, archive, number))
+        type Row<'a> = (String, Option<(&'a str, time::Date, &'a str, usize)>);
+        let rows: &[Row<'_>] = &[
+            (
+                format!("{e}/2026/07/14/my-chat-001-04.md"),
+                Some(("viking://user/u/memories", at(2026, time::Month::July, 14), "my-chat-001", 4)),
+            ),
+            (format!("{e}/2026/07/14/chat-001.md"), None),
+            (format!("{e}/2026/07/14/chat-abc-04.md"), None),
+            (format!("{e}/2026/07/14/chat-001-x4.md"), None),
+            (format!("{e}/2026/07/14/-001-04.md"), None),
+            (format!("{e}/2026/02/30/chat-001-04.md"), None),
+            (format!("{e}/2026/07/14/chat-001-04.txt"), None),
+            ("viking://user/u/memories/preferences/2026/07/14/chat-001-04.md".to_owned(), None),
+        ];
+        for (uri, want) in rows {
+            let got = Place::of(uri).map(|p| (p.tree, p.date, p.archive, p.number));
+            assert_eq!(got, *want, "{uri}");
+            assert_eq!(is_episode(uri), want.is_some(), "{uri}");
         }
     }
 
