@@ -116,20 +116,18 @@ pub fn cohere(candidates: &mut [Candidate]) {
     let mut best: HashMap<(&str, &str, usize), f64> = HashMap::new();
     for (place, c) in places.iter().zip(candidates.iter()) {
         if let Some(place) = place {
-            let slot = best.entry(*place).or_insert(f64::NEG_INFINITY);
-            *slot = slot.max(c.rank_score);
+            best.entry(*place).and_modify(|s| *s = s.max(c.rank_score)).or_insert(c.rank_score);
         }
     }
     let raises: Vec<f64> = places
         .iter()
         .map(|place| {
             let Some((tree, archive, number)) = *place else { return 0.0 };
-            let around = [number.checked_sub(1), number.checked_add(1)];
-            around
+            [number.checked_sub(1), number.checked_add(1)]
                 .into_iter()
                 .flatten()
-                .filter_map(|n| best.get(&(tree, archive, n)))
-                .fold(None, |m: Option<f64>, s| Some(m.map_or(*s, |m| m.max(*s))))
+                .filter_map(|n| best.get(&(tree, archive, n)).copied())
+                .reduce(f64::max)
                 .map_or(0.0, |s| ADJACENT_EPISODE_SHARE * s.max(0.0))
         })
         .collect();
