@@ -7,9 +7,9 @@
 //! message's `created_at` as the client sent it (its own offset, so the
 //! date is the one the speaker saw), every line attributed to its speaker
 //! and its text verbatim. Tool calls and outputs are cut to a bounded
-//! excerpt with their size. Names are built from the session id, the
-//! archive number and the window number only, so a retried commit or a
-//! redelivered event makes the same files.
+//! excerpt with their size. Names are built from the session id (a long
+//! one shortened, [`name_stem`]), the archive number and the window number
+//! only, so a retried commit or a redelivered event makes the same files.
 
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -252,6 +252,38 @@ fn speaker(line: &str) -> Option<(usize, bool)> {
     Some((line.len() - text.len(), role == "user"))
 }
 
+/// The longest session id an episode's name holds whole: 24 characters.
+/// Every block entry carries its URI, so a plugin's `cc-` and a UUID (39
+/// characters) would cost each entry about 10 tokens of the budget.
+pub const NAME_SESSION_MAX: usize = 24;
+
+/// How an episode's name starts for session `session`: the id itself, its
+/// leading dots removed (they would hide the file from the index; `session`
+/// when nothing is left), when it is at most [`NAME_SESSION_MAX`]
+/// characters; else its first 8 characters and 10 hex digits (40 bits) of
+/// its SHA-256 (`cc-3f2a9-7d1e0c44ab`, 19 characters). Deterministic, so a
+/// retried commit names the same files; two sessions share a stem only
+/// when their first 8 characters and 40 bits of their hashes agree, about
+/// one pair in a trillion, and then only on a day both spoke.
+///
+/// Cost: one SHA-256 of the id, for a long one.
+#[must_use]
+pub fn name_stem(session: &str) -> std::borrow::Cow<'_, str> {
+    use sha2::Digest as _;
+    let stem = session.trim_start_matches('.');
+    if stem.is_empty() {
+        return "session".into();
+    }
+    if stem.len() <= NAME_SESSION_MAX {
+        return stem.into();
+    }
+    let hash = sha2::Sha256::digest(session.as_bytes());
+    let hex: String = hash[..5].iter().map(|b| format!("{b:02x}")).collect();
+    // Session ids are ASCII (`SessionId`); `get` keeps any other text whole.
+    let head = stem.get(..8).unwrap_or(stem).trim_end_matches(['-', '.', '_']);
+    format!("{head}-{hex}").into()
+}
+
 /// When `message` was said: its `created_at` as sent, else `fallback`.
 fn said_at(message: &StoredMessage, fallback: OffsetDateTime) -> OffsetDateTime {
     OffsetDateTime::parse(&message.created_at, &Rfc3339).unwrap_or(fallback)
@@ -270,14 +302,12 @@ fn render(
     let last = messages.last().map_or(fallback, |m| said_at(m, fallback));
     let day = |t: OffsetDateTime| format!("{:04}-{:02}-{:02}", t.year(), u8::from(t.month()), t.day());
     let clock = |t: OffsetDateTime| format!("{:02}:{:02}", t.hour(), t.minute());
-    // A leading dot would hide the file from the index.
-    let stem = session.as_str().trim_start_matches('.');
     let path = format!(
         "memories/events/{:04}/{:02}/{:02}/{}-{archive:03}-{number:02}.md",
         first.year(),
         u8::from(first.month()),
         first.day(),
-        if stem.is_empty() { "session" } else { stem }
+        name_stem(session.as_str())
     );
     // One header gives the date and time; a line carries its own time only
     // when it differs from the header's (every token a block spends on
@@ -528,6 +558,34 @@ mod tests {
         assert_eq!(a[0].path, "memories/events/2026/01/02/hidden-003-01.md", "no hidden file");
         let ids: Vec<&String> = a.iter().flat_map(|e| &e.message_ids).collect();
         assert_eq!(ids.len(), 20, "every message in exactly one episode");
+    }
+
+    #[test]
+    fn a_long_session_id_is_shortened_in_the_names_and_stays_apart() {
+        let uuid = "cc-3f2a9c1e-8b7d-4e2a-9f1c-2d3e4f5a6b7c";
+        let other = "cc-3f2a9c1e-8b7d-4e2a-9f1c-2d3e4f5a6b7d";
+        // (session id, its stem's length, starts with)
+        let rows: &[(&str, usize, &str)] = &[
+            ("s", 1, "s"),
+            (".hidden", 6, "hidden"),
+            ("...", 7, "session"),
+            ("05-pm-shanghai-mixed-s11", 24, "05-pm-shanghai-mixed-s11"),
+            ("05-pm-shanghai-mixed-s112", 19, "05-pm-sh-"),
+            (uuid, 19, "cc-3f2a9-"),
+            ("ab-----------------------z", 13, "ab-"),
+        ];
+        for &(id, len, start) in rows {
+            let stem = name_stem(id);
+            assert_eq!((stem.len(), stem.starts_with(start)), (len, true), "{id} -> {stem}");
+            assert_eq!(stem, name_stem(id), "{id}: deterministic");
+        }
+        assert_ne!(name_stem(uuid), name_stem(other), "ids sharing a prefix stay apart");
+        let said = [message("m1", "user", "Hi.", "2026-01-02T03:04:05Z")];
+        let made = episodes(&SessionId::new(uuid).expect("id"), 2, &said, fallback(), &EpisodeOptions::default());
+        let uri = format!("viking://user/u/memories/events/{}", made[0].path.trim_start_matches("memories/events/"));
+        assert_eq!(uri.len() + 20, format!("viking://user/u/memories/events/2026/01/02/{uuid}-002-01.md").len());
+        let place = Place::of(&uri).expect("an episode's place");
+        assert_eq!((place.archive, place.number), (format!("{}-002", name_stem(uuid)).as_str(), 1));
     }
 
     #[test]
