@@ -264,7 +264,10 @@ pub const NAME_SESSION_MAX: usize = 24;
 /// its SHA-256 (`cc-3f2a9-7d1e0c44ab`, 19 characters). Deterministic, so a
 /// retried commit names the same files; two sessions share a stem only
 /// when their first 8 characters and 40 bits of their hashes agree, about
-/// one pair in a trillion, and then only on a day both spoke.
+/// one pair in a trillion, and then only on a day both spoke. Episodes
+/// named whole before this rule give way to the short names the next time
+/// their archive is remembered (its episode list removes the names it no
+/// longer makes), and live ones at the session's next commit.
 ///
 /// Cost: one SHA-256 of the id, for a long one.
 #[must_use]
