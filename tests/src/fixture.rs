@@ -160,17 +160,25 @@ pub struct TempDirs {
 }
 
 /// Writes `files` (viking paths without the scheme, e.g.
-/// `resources/a.md`) under `root`, creating parent directories.
+/// `resources/a.md`) under `root`, creating parent directories, every
+/// file with the same modification time (now), so the index's
+/// `updated_at` orders them by URI alone.
 ///
 /// # Panics
 /// When a file cannot be written.
 pub fn write_tree(root: &Path, files: &[(&str, &str)]) {
+    // One modification time for the whole tree: files written on both
+    // sides of a second would list in another order ("newest first"
+    // breaks ties by URI only within a second).
+    let now = std::time::SystemTime::now();
     for (path, text) in files {
         let target = root.join(path);
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent).expect("create a source directory");
         }
         std::fs::write(&target, text).expect("write a source file");
+        let file = std::fs::File::options().write(true).open(&target).expect("open a source file");
+        file.set_modified(now).expect("set a modification time");
     }
 }
 
