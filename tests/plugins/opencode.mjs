@@ -32,7 +32,7 @@
 // Node 20, no dependencies. Talks to the given URL only.
 
 import { spawn } from "node:child_process";
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -102,6 +102,17 @@ const opts = parseArgs(process.argv.slice(2));
 // ---------------------------------------------------------------------------
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// How Skald's episode names begin for session `id` (`memory::episodes::name_stem`):
+// the id, leading dots removed, when at most 24 characters; else its first 8
+// and 10 hex digits of its SHA-256.
+function episodeStem(id) {
+  const stem = id.replace(/^\.+/, "");
+  if (!stem) return "session";
+  if (stem.length <= 24) return stem;
+  const hex = createHash("sha256").update(id).digest("hex").slice(0, 10);
+  return `${stem.slice(0, 8).replace(/[-._]+$/, "")}-${hex}`;
+}
 
 function shorten(s, n = 160) {
   const t = String(s ?? "").replace(/\s+/g, " ").trim();
@@ -807,9 +818,9 @@ async function runSuite() {
     let last;
     for (;;) {
       last = await restFind(query, 5);
-      found = last.hits.find((h) => /\/memories\/events\//.test(h.uri || "") && String(h.uri).includes(ovChat) && /Miolo/.test(`${h.abstract || ""} ${h.overview || ""}`));
+      found = last.hits.find((h) => /\/memories\/events\//.test(h.uri || "") && String(h.uri).includes(`/${episodeStem(ovChat)}-`) && /Miolo/.test(`${h.abstract || ""} ${h.overview || ""}`));
       if (!found) {
-        for (const h of last.hits.filter((x) => /\/memories\/events\//.test(x.uri || "") && String(x.uri).includes(ovChat))) {
+        for (const h of last.hits.filter((x) => /\/memories\/events\//.test(x.uri || "") && String(x.uri).includes(`/${episodeStem(ovChat)}-`))) {
           const rd = await api("GET", `/api/v1/content/read?uri=${encodeURIComponent(h.uri)}`);
           if (JSON.stringify(rd.body ?? "").includes("Miolo")) { found = h; break; }
         }
