@@ -261,8 +261,9 @@ pub const NAME_SESSION_MAX: usize = 24;
 /// leading dots removed (they would hide the file from the index; `session`
 /// when nothing is left), when it is at most [`NAME_SESSION_MAX`]
 /// characters; else its first 8 characters and 10 hex digits (40 bits) of
-/// its SHA-256 (`cc-3f2a9-7d1e0c44ab`, 19 characters). Deterministic, so a
-/// retried commit names the same files; two sessions share a stem only
+/// its SHA-256, 19 characters (`cc-3f2a9c1e-8b7d-4e2a-9f1c-2d3e4f5a6b7c`
+/// → `cc-3f2a9-d49f0a78e9`). Deterministic, so a retried commit names the
+/// same files; two sessions share a stem only
 /// when their first 8 characters and 40 bits of their hashes agree, about
 /// one pair in a trillion, and then only on a day both spoke. Episodes
 /// named whole before this rule give way to the short names the next time
@@ -582,6 +583,8 @@ mod tests {
             assert_eq!((stem.len(), stem.starts_with(start)), (len, true), "{id} -> {stem}");
             assert_eq!(stem, name_stem(id), "{id}: deterministic");
         }
+        // Pinned: another stem would rename every stored episode.
+        assert_eq!(name_stem(uuid), "cc-3f2a9-d49f0a78e9");
         assert_ne!(name_stem(uuid), name_stem(other), "ids sharing a prefix stay apart");
         let said = [message("m1", "user", "Hi.", "2026-01-02T03:04:05Z")];
         let made = episodes(&SessionId::new(uuid).expect("id"), 2, &said, fallback(), &EpisodeOptions::default());
