@@ -263,9 +263,9 @@ pub const NAME_SESSION_MAX: usize = 24;
 /// characters; else its first 8 characters and 10 hex digits (40 bits) of
 /// its SHA-256, 19 characters (`cc-3f2a9c1e-8b7d-4e2a-9f1c-2d3e4f5a6b7c`
 /// → `cc-3f2a9-d49f0a78e9`). Deterministic, so a retried commit names the
-/// same files; two sessions share a stem only
-/// when their first 8 characters and 40 bits of their hashes agree, about
-/// one pair in a trillion, and then only on a day both spoke. Episodes
+/// same files; two sessions share a stem only when their first 8
+/// characters and 40 bits of their hashes agree, about one pair in a
+/// trillion, and then only on a day both spoke. Episodes
 /// named whole before this rule give way to the short names the next time
 /// their archive is remembered (its episode list removes the names it no
 /// longer makes), and live ones at the session's next commit.
@@ -281,8 +281,7 @@ pub fn name_stem(session: &str) -> std::borrow::Cow<'_, str> {
     if stem.len() <= NAME_SESSION_MAX {
         return stem.into();
     }
-    let hash = sha2::Sha256::digest(session.as_bytes());
-    let hex: String = hash[..5].iter().map(|b| format!("{b:02x}")).collect();
+    let hex = hex::encode(&sha2::Sha256::digest(session.as_bytes())[..5]);
     // Session ids are ASCII (`SessionId`); `get` keeps any other text whole.
     let head = stem.get(..8).unwrap_or(stem).trim_end_matches(['-', '.', '_']);
     format!("{head}-{hex}").into()
