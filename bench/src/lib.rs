@@ -53,6 +53,7 @@ use skald::store::local::LocalStore;
 use skald_tests::fixture::ACCOUNT;
 use skald_tests::moto;
 
+pub mod ensemble;
 pub mod eval;
 mod proxy;
 mod s3_server;
@@ -391,8 +392,20 @@ pub fn embedder(hashed: bool, hashed_flag: &str) -> Arc<dyn Embedder> {
     if hashed {
         return Arc::new(HashedEmbedder::new(256));
     }
+    Arc::new(use_m3(hashed_flag))
+}
+
+/// USE-m3 beside the multilingual-e5-small server at `url`
+/// ([`ensemble`]); exits as [`embedder`] does without the USE-m3 model.
+#[must_use]
+pub fn ensemble_embedder(url: &str) -> Arc<dyn Embedder> {
+    Arc::new(ensemble::EnsembleEmbedder::new(use_m3("--hashed"), url))
+}
+
+/// The USE-m3 model of [`use_m3_dir`], or exit with status 2.
+fn use_m3(hashed_flag: &str) -> UseM3Embedder {
     match UseM3Embedder::open(use_m3_dir()) {
-        Ok(model) => Arc::new(model),
+        Ok(model) => model,
         Err(e) => {
             eprintln!(
                 "{}: {e}\nrun scripts/setup-model.sh first (or set SKALD_USE_M3_DIR, or pass {hashed_flag})",

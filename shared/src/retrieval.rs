@@ -123,7 +123,7 @@ pub fn authorize_targets(identity: &Identity, targets: &[VikingUri]) -> Result<V
 /// # Errors
 /// When the embedder fails.
 pub async fn embed_queries(app: &App, kind: SearchKind, queries: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-    if kind.needs_vector() { app.embedder.embed(queries).await } else { Ok(vec![Vec::new(); queries.len()]) }
+    if kind.needs_vector() { app.embedder.embed_queries(queries).await } else { Ok(vec![Vec::new(); queries.len()]) }
 }
 
 /// The query embeddings `index` needs: `vectors` as [`embed_queries`]
@@ -140,7 +140,7 @@ pub async fn vectors_for(
     vectors: Vec<Vec<f32>>,
 ) -> Result<Vec<Vec<f32>>, EmbedError> {
     if matches!(index, AccountIndex::Vectors { .. }) && vectors.iter().any(Vec::is_empty) && !queries.is_empty() {
-        app.embedder.embed(queries).await
+        app.embedder.embed_queries(queries).await
     } else {
         Ok(vectors)
     }

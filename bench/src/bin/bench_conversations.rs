@@ -34,6 +34,8 @@
 //! `SKALD_SHOW_BLOCKS=1`, `--show-misses` prints each missed block;
 //! `SKALD_DUMP_SCORES=FILE` appends every question's top 40 hits (score,
 //! evidence held) as JSON lines, the data the bars are calibrated on.
+//! `--ensemble URL` embeds with USE-m3 beside a multilingual-e5-small
+//! server (`skald_bench::ensemble`).
 // A benchmark reports on stdout by design.
 #![allow(clippy::print_stdout)]
 
@@ -50,7 +52,7 @@ use skald::sessions::{SessionId, StoredMessage};
 use skald_bench::eval::{Bm25, normal, unescape};
 use skald_bench::{Flags, TempStore, block_on, embedder, event, fail, parse_body, percentile, repo, sorted};
 
-const USAGE: &str = "usage: bench_conversations [--only NAME] [--hashed] [--show-misses N] [--episode-messages N] [--episode-tokens N] [--limit N] [--search-type semantic|keywords|hybrid] [--model-stub] [--gap X] [--floor X]";
+const USAGE: &str = "usage: bench_conversations [--only NAME] [--hashed] [--show-misses N] [--episode-messages N] [--episode-tokens N] [--limit N] [--search-type semantic|keywords|hybrid] [--model-stub] [--gap X] [--floor X] [--ensemble URL]";
 
 #[derive(Debug, Deserialize)]
 struct Conversation {
@@ -157,10 +159,12 @@ fn main() {
     let mut stub = false;
     let mut search_type: Option<String> = None;
     let mut retrieval = skald::config::RetrievalConfig::default();
+    let mut ensemble: Option<String> = None;
     while let Some(flag) = flags.next() {
         match flag.as_str() {
             "--only" => only = Some(flags.value(&flag).unwrap_or_else(|e| fail("--only", e))),
             "--hashed" => hashed = true,
+            "--ensemble" => ensemble = Some(flags.value(&flag).unwrap_or_else(|e| fail("--ensemble", e))),
             "--show-misses" => show = flags.at_least(&flag, 0).unwrap_or_else(|e| fail("--show-misses", e)),
             "--episode-messages" => {
                 memory.episode_messages = flags.at_least(&flag, 1).unwrap_or_else(|e| fail("--episode-messages", e));
@@ -195,7 +199,10 @@ fn main() {
     if files.is_empty() {
         fail("conversations", format!("none in {}", dir.display()));
     }
-    let embedder = embedder(hashed, "--hashed");
+    let embedder = match &ensemble {
+        Some(url) => skald_bench::ensemble_embedder(url),
+        None => embedder(hashed, "--hashed"),
+    };
     println!(
         "== conversational evaluation: {} conversation(s), embedder {}, episodes of at most {} messages and {} tokens",
         files.len(),

@@ -58,6 +58,18 @@ pub trait Embedder: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// [`EmbedError`] when the provider fails or answers the wrong shape.
     async fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
+
+    /// One vector per search query, in order, to compare with the vectors
+    /// [`Embedder::embed`] gives documents. An asymmetric model embeds a
+    /// query unlike a document (E5's `query: ` and `passage: ` prefixes);
+    /// the default embeds it as one. Every search embeds its queries here,
+    /// ingest its documents through [`Embedder::embed`].
+    ///
+    /// # Errors
+    /// As [`Embedder::embed`].
+    async fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embed(texts).await
+    }
 }
 
 /// Scales `v` to unit length in place (a zero vector stays zero).

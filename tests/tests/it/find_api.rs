@@ -949,3 +949,57 @@ async fn jwt_claims_win_over_headers_in_dev_mode_too() {
     assert_eq!(answer.status, 200, "{}", answer.text);
     assert_eq!(memory_owners(&answer.json["result"]), set(&["bob"]), "{}", answer.text);
 }
+
+/// An asymmetric embedder, as E5 is with its `query: ` and `passage: `
+/// prefixes: documents go through `embed`, and its query side reads the
+/// one query it knows as another text.
+#[derive(Debug)]
+struct QuerySide {
+    inner: HashedEmbedder,
+    /// (a query, the text its query vector is that of)
+    reads: (&'static str, &'static str),
+}
+
+#[async_trait::async_trait]
+impl skald::embed::Embedder for QuerySide {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+
+    fn dimension(&self) -> usize {
+        self.inner.dimension()
+    }
+
+    async fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, skald::embed::EmbedError> {
+        self.inner.embed(texts).await
+    }
+
+    async fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, skald::embed::EmbedError> {
+        let read: Vec<&str> = texts.iter().map(|t| if *t == self.reads.0 { self.reads.1 } else { t }).collect();
+        self.inner.embed(&read).await
+    }
+}
+
+/// `find` and context mode embed what they are asked with the embedder's
+/// query side: the file the query vector is near comes first, although
+/// the query shares no word with it.
+#[tokio::test]
+async fn searches_embed_their_queries_with_the_query_side() {
+    const ASKED: &str = "qqq zzz";
+    const EDITOR: &str = "viking://user/default/memories/preferences/default/editor.md";
+    let (app, _dirs) = dev_app().await;
+    let side = QuerySide {
+        inner: HashedEmbedder::new(EMBED_DIMENSION),
+        reads: (ASKED, corpus_text("user/default/memories/preferences/default/editor.md")),
+    };
+    let app = Arc::new(skald_tests::fixture::with_embedder(&app, Arc::new(side)));
+    let result = ok_result(&app, &json!({"query": ASKED, "limit": 3})).await;
+    assert_eq!(items(&result).first().map(|i| uri_of(i)), Some(EDITOR), "{result:#}");
+    let (status, reply) = skald_tests::fixture::search(
+        &app,
+        &json!({"query": ASKED, "mode": "context", "search_type": "semantic", "max_tokens": 400}),
+    )
+    .await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["result"]["entries"][0]["uri"], EDITOR, "{reply:#}");
+}
