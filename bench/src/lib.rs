@@ -384,6 +384,15 @@ pub fn use_m3_dir() -> PathBuf {
         .map_or_else(|| repo().join(".skald/models/use-m3"), PathBuf::from)
 }
 
+/// The multilingual-e5-small model directory: `SKALD_E5_DIR` or
+/// `<repo>/.skald/models/e5`.
+#[must_use]
+pub fn e5_dir() -> PathBuf {
+    std::env::var_os("SKALD_E5_DIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| repo().join(".skald/models/e5"), PathBuf::from)
+}
+
 /// `HashedEmbedder::new(256)` when `hashed`, else the USE-m3 model of
 /// [`use_m3_dir`]. Without the model the bench exits with status 2, naming
 /// `hashed_flag` (the bench's way to ask for the hashed embedder).

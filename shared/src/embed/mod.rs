@@ -5,7 +5,11 @@
 
 use async_trait::async_trait;
 
+#[cfg(feature = "e5")]
+pub mod e5;
 pub mod hashed;
+#[cfg(any(feature = "use-m3", feature = "e5"))]
+pub(crate) mod kernel;
 #[cfg(feature = "openai")]
 pub mod openai;
 #[cfg(feature = "use-m3")]

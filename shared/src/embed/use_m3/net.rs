@@ -13,6 +13,7 @@
 use std::ops::Range;
 
 use super::format::{Dtype, FormatError, TensorTable};
+use crate::embed::kernel::{Mat, matmul_acc};
 
 /// Output dimension.
 pub(crate) const DIM: usize = 512;
@@ -71,13 +72,6 @@ pub mod names {
     pub fn cnn(n: usize) -> [String; 4] {
         [format!("cnn{n}.w1"), format!("cnn{n}.b1"), format!("cnn{n}.w2"), format!("cnn{n}.b2")]
     }
-}
-
-/// A row-major `f32` matrix read in place from little-endian bytes.
-#[derive(Clone, Copy)]
-struct Mat<'a> {
-    data: &'a [[u8; 4]],
-    cols: usize,
 }
 
 /// The network's parameters: small vectors decoded at open, matrices as
@@ -328,116 +322,9 @@ fn gather_windows(
     }
 }
 
-/// Output columns per register tile.
-const TILE_COLS: usize = 16;
-/// Rows per register tile.
-const TILE_ROWS: usize = 4;
-
-/// `out[r][..m] += a[r][..k] · w` for `rows` rows, with `a` of row stride
-/// `lda`, `out` of row stride `ldo`, and `w` a `k × m` matrix. Register
-/// tiles of 4 rows × 16 columns run down the whole `k`, so each 16-column
-/// panel of `w` is reused from cache by every 4-row block.
-fn matmul_acc(a: &[f32], lda: usize, rows: usize, w: Mat<'_>, out: &mut [f32], ldo: usize) {
-    let m = w.cols;
-    if m == 0 || rows == 0 {
-        return;
-    }
-    let k = w.data.len() / m;
-    let full = m / TILE_COLS * TILE_COLS;
-    for j0 in (0..full).step_by(TILE_COLS) {
-        let mut r0 = 0;
-        while r0 + TILE_ROWS <= rows {
-            tile::<TILE_ROWS>(a, lda, r0, k, w, j0, out, ldo);
-            r0 += TILE_ROWS;
-        }
-        while r0 < rows {
-            tile::<1>(a, lda, r0, k, w, j0, out, ldo);
-            r0 += 1;
-        }
-    }
-    for j in full..m {
-        for r in 0..rows {
-            let mut acc = out[r * ldo + j];
-            for kk in 0..k {
-                acc += a[r * lda + kk] * f32::from_le_bytes(w.data[kk * m + j]);
-            }
-            out[r * ldo + j] = acc;
-        }
-    }
-}
-
-/// One register tile: `R` rows × [`TILE_COLS`] columns at (`r0`, `j0`),
-/// accumulated over all of `k`. Written with plain indexed loops, which the
-/// optimiser unrolls and vectorises and which stay tolerable in debug builds.
-#[inline(always)]
-#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
-fn tile<const R: usize>(
-    a: &[f32],
-    lda: usize,
-    r0: usize,
-    k: usize,
-    w: Mat<'_>,
-    j0: usize,
-    out: &mut [f32],
-    ldo: usize,
-) {
-    let m = w.cols;
-    let mut acc = [[0f32; TILE_COLS]; R];
-    for r in 0..R {
-        acc[r].copy_from_slice(&out[(r0 + r) * ldo + j0..(r0 + r) * ldo + j0 + TILE_COLS]);
-    }
-    let mut av = [0f32; R];
-    let mut wv = [0f32; TILE_COLS];
-    // `while` loops: no iterator calls, which debug builds do not inline.
-    let mut kk = 0;
-    while kk < k {
-        let wrow = &w.data[kk * m + j0..kk * m + j0 + TILE_COLS];
-        let mut c = 0;
-        while c < TILE_COLS {
-            wv[c] = f32::from_bits(u32::from_le_bytes(wrow[c]));
-            c += 1;
-        }
-        let mut r = 0;
-        while r < R {
-            av[r] = a[(r0 + r) * lda + kk];
-            r += 1;
-        }
-        r = 0;
-        while r < R {
-            let (x, row) = (av[r], &mut acc[r]);
-            c = 0;
-            while c < TILE_COLS {
-                row[c] += x * wv[c];
-                c += 1;
-            }
-            r += 1;
-        }
-        kk += 1;
-    }
-    for r in 0..R {
-        out[(r0 + r) * ldo + j0..(r0 + r) * ldo + j0 + TILE_COLS].copy_from_slice(&acc[r]);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn matmul_matches_the_naive_product() {
-        let (rows, k, m) = (7, 13, 35);
-        let a: Vec<f32> = (0..rows * k).map(|i| (i % 11) as f32 * 0.25 - 1.0).collect();
-        let w: Vec<f32> = (0..k * m).map(|i| (i % 7) as f32 * 0.5 - 1.5).collect();
-        let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let mut out = vec![1.0f32; rows * m];
-        matmul_acc(&a, k, rows, Mat { data: bytes.as_chunks::<4>().0, cols: m }, &mut out, m);
-        for r in 0..rows {
-            for j in 0..m {
-                let want: f32 = 1.0 + (0..k).map(|kk| a[r * k + kk] * w[kk * m + j]).sum::<f32>();
-                assert!((out[r * m + j] - want).abs() < 1e-4, "{r},{j}");
-            }
-        }
-    }
 
     #[test]
     fn windows_stop_at_sentence_bounds() {

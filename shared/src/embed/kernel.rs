@@ -1,0 +1,150 @@
+//! The dense kernel the embedded embedders share: a matrix product over
+//! weights read in place as little-endian `f32` bytes (a mapped model file,
+//! or weights decoded into the same layout), in plain Rust that the
+//! optimiser vectorises: compiled once for plain x86-64 (SSE2, ~27
+//! GFLOP/s on the bench machine) and once with AVX2 and FMA, chosen at run
+//! time when the CPU has them (see `BENCHMARKS.md`).
+
+/// A row-major `f32` matrix read in place from little-endian bytes.
+#[derive(Clone, Copy)]
+pub(crate) struct Mat<'a> {
+    /// The elements, row after row, each an `f32`'s little-endian bytes.
+    pub(crate) data: &'a [[u8; 4]],
+    /// Columns per row.
+    pub(crate) cols: usize,
+}
+
+/// Output columns per register tile.
+const TILE_COLS: usize = 16;
+/// Rows per register tile.
+const TILE_ROWS: usize = 4;
+
+/// `out[r][..m] += a[r][..k] · w` for `rows` rows, with `a` of row stride
+/// `lda`, `out` of row stride `ldo`, and `w` a `k × m` matrix. Register
+/// tiles of 4 rows × 16 columns run down the whole `k`, so each 16-column
+/// panel of `w` is reused from cache by every 4-row block. With AVX2 and
+/// FMA (detected once, then a cached check) products are fused
+/// multiply-adds, which round once instead of twice.
+#[allow(unsafe_code)]
+pub(crate) fn matmul_acc(a: &[f32], lda: usize, rows: usize, w: Mat<'_>, out: &mut [f32], ldo: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the two features `matmul_avx2_fma` is compiled for were
+        // just detected on this CPU.
+        unsafe { matmul_avx2_fma(a, lda, rows, w, out, ldo) };
+        return;
+    }
+    matmul::<false>(a, lda, rows, w, out, ldo);
+}
+
+/// [`matmul_acc`] compiled for AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn matmul_avx2_fma(a: &[f32], lda: usize, rows: usize, w: Mat<'_>, out: &mut [f32], ldo: usize) {
+    matmul::<true>(a, lda, rows, w, out, ldo);
+}
+
+/// [`matmul_acc`]'s body; `FMA` fuses each multiply-add.
+#[inline(always)]
+fn matmul<const FMA: bool>(a: &[f32], lda: usize, rows: usize, w: Mat<'_>, out: &mut [f32], ldo: usize) {
+    let m = w.cols;
+    if m == 0 || rows == 0 {
+        return;
+    }
+    let k = w.data.len() / m;
+    let full = m / TILE_COLS * TILE_COLS;
+    for j0 in (0..full).step_by(TILE_COLS) {
+        let mut r0 = 0;
+        while r0 + TILE_ROWS <= rows {
+            tile::<TILE_ROWS, FMA>(a, lda, r0, k, w, j0, out, ldo);
+            r0 += TILE_ROWS;
+        }
+        while r0 < rows {
+            tile::<1, FMA>(a, lda, r0, k, w, j0, out, ldo);
+            r0 += 1;
+        }
+    }
+    for j in full..m {
+        for r in 0..rows {
+            let mut acc = out[r * ldo + j];
+            for kk in 0..k {
+                acc += a[r * lda + kk] * f32::from_le_bytes(w.data[kk * m + j]);
+            }
+            out[r * ldo + j] = acc;
+        }
+    }
+}
+
+/// One register tile: `R` rows × [`TILE_COLS`] columns at (`r0`, `j0`),
+/// accumulated over all of `k`. Written with plain indexed loops, which the
+/// optimiser unrolls and vectorises and which stay tolerable in debug builds.
+#[inline(always)]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+fn tile<const R: usize, const FMA: bool>(
+    a: &[f32],
+    lda: usize,
+    r0: usize,
+    k: usize,
+    w: Mat<'_>,
+    j0: usize,
+    out: &mut [f32],
+    ldo: usize,
+) {
+    let m = w.cols;
+    let mut acc = [[0f32; TILE_COLS]; R];
+    for r in 0..R {
+        acc[r].copy_from_slice(&out[(r0 + r) * ldo + j0..(r0 + r) * ldo + j0 + TILE_COLS]);
+    }
+    let mut av = [0f32; R];
+    let mut wv = [0f32; TILE_COLS];
+    // `while` loops: no iterator calls, which debug builds do not inline.
+    let mut kk = 0;
+    while kk < k {
+        let wrow = &w.data[kk * m + j0..kk * m + j0 + TILE_COLS];
+        let mut c = 0;
+        while c < TILE_COLS {
+            wv[c] = f32::from_bits(u32::from_le_bytes(wrow[c]));
+            c += 1;
+        }
+        let mut r = 0;
+        while r < R {
+            av[r] = a[(r0 + r) * lda + kk];
+            r += 1;
+        }
+        r = 0;
+        while r < R {
+            let (x, row) = (av[r], &mut acc[r]);
+            c = 0;
+            while c < TILE_COLS {
+                row[c] = if FMA { x.mul_add(wv[c], row[c]) } else { row[c] + x * wv[c] };
+                c += 1;
+            }
+            r += 1;
+        }
+        kk += 1;
+    }
+    for r in 0..R {
+        out[(r0 + r) * ldo + j0..(r0 + r) * ldo + j0 + TILE_COLS].copy_from_slice(&acc[r]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matmul_matches_the_naive_product() {
+        let (rows, k, m) = (7, 13, 35);
+        let a: Vec<f32> = (0..rows * k).map(|i| (i % 11) as f32 * 0.25 - 1.0).collect();
+        let w: Vec<f32> = (0..k * m).map(|i| (i % 7) as f32 * 0.5 - 1.5).collect();
+        let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut out = vec![1.0f32; rows * m];
+        matmul_acc(&a, k, rows, Mat { data: bytes.as_chunks::<4>().0, cols: m }, &mut out, m);
+        for r in 0..rows {
+            for j in 0..m {
+                let want: f32 = 1.0 + (0..k).map(|kk| a[r * k + kk] * w[kk * m + j]).sum::<f32>();
+                assert!((out[r * m + j] - want).abs() < 1e-4, "{r},{j}");
+            }
+        }
+    }
+}
