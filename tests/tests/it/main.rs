@@ -16,6 +16,7 @@ mod common;
 mod content_api;
 mod content_writes;
 mod demo_context;
+mod e5_parity;
 mod find_api;
 mod golden;
 mod index_backends;
