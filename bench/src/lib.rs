@@ -411,6 +411,22 @@ pub fn ensemble_embedder(url: &str) -> Arc<dyn Embedder> {
     Arc::new(ensemble::EnsembleEmbedder::new(use_m3("--hashed"), url))
 }
 
+/// USE-m3 beside the embedded multilingual-e5-small of [`e5_dir`], fused
+/// by script (`skald::embed::ensemble`, the `use-m3+e5` embedder); exits
+/// with status 2 without either model.
+#[must_use]
+pub fn fused_embedder() -> Arc<dyn Embedder> {
+    let e5 = skald::embed::e5::E5Embedder::open(e5_dir()).unwrap_or_else(|e| {
+        eprintln!(
+            "{}: {e}
+run scripts/setup-model.sh first (or set SKALD_E5_DIR)",
+            program()
+        );
+        std::process::exit(2)
+    });
+    Arc::new(skald::embed::ensemble::Ensemble::new(Arc::new(use_m3("--hashed")), Arc::new(e5)))
+}
+
 /// The USE-m3 model of [`use_m3_dir`], or exit with status 2.
 fn use_m3(hashed_flag: &str) -> UseM3Embedder {
     match UseM3Embedder::open(use_m3_dir()) {

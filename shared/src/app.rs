@@ -191,6 +191,15 @@ pub fn build_embedder(config: &EmbeddingConfig) -> Result<Arc<dyn Embedder>, Ini
         }
         #[cfg(not(feature = "use-m3"))]
         EmbeddingConfig::UseM3 { .. } => Err(InitError::Embedder("this build has no USE-m3 embedder".into())),
+        #[cfg(all(feature = "use-m3", feature = "e5"))]
+        EmbeddingConfig::UseM3E5 { model_dir, e5_model_dir } => Ok(Arc::new(crate::embed::ensemble::Ensemble::new(
+            Arc::new(crate::embed::use_m3::LazyUseM3Embedder::new(model_dir.as_str())),
+            Arc::new(crate::embed::e5::LazyE5Embedder::new(e5_model_dir.as_str())),
+        ))),
+        #[cfg(not(all(feature = "use-m3", feature = "e5")))]
+        EmbeddingConfig::UseM3E5 { .. } => {
+            Err(InitError::Embedder("this build has no USE-m3 and e5 embedders (features use-m3, e5)".into()))
+        }
     }
 }
 

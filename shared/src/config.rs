@@ -4,7 +4,7 @@
 //! Sources, later ones winning: the file named by `SKALD_CONFIG` (if set),
 //! then `SKALD_STORE` (store location), `SKALD_S3_ENDPOINT` (S3 endpoint
 //! override), `SKALD_USE_M3_DIR` (the USE-m3 model's directory, e.g. a
-//! Lambda layer's `/opt`) and the models (`SKALD_LLM_*`,
+//! Lambda layer's `/opt`), `SKALD_E5_DIR` (`use-m3+e5`'s e5 model) and the models (`SKALD_LLM_*`,
 //! `SKALD_QUERY_PLANNER_*`, see [`ModelConfig::from_env_prefix`]) from the
 //! environment.
 
@@ -288,6 +288,22 @@ pub enum EmbeddingConfig {
         #[serde(default = "default_use_m3_dir")]
         model_dir: String,
     },
+    /// USE-m3 beside the embedded multilingual-e5-small (`use-m3+e5`),
+    /// fused by script ([`crate::embed::ensemble`]): more of a
+    /// conversation's answers found within one language, at ~20× USE-m3's
+    /// embedding cost and a 4.5× larger index (`BENCHMARKS.md`). Both
+    /// models come from `scripts/setup-model.sh`; opened on first use.
+    #[serde(rename = "use-m3+e5")]
+    UseM3E5 {
+        /// USE-m3's directory, as [`EmbeddingConfig::UseM3`]'s. Default
+        /// `.skald/models/use-m3`.
+        #[serde(default = "default_use_m3_dir")]
+        model_dir: String,
+        /// The directory holding `e5-small-q4.bin`; a relative path
+        /// resolves against [`Config::base_dir`]. Default `.skald/models/e5`.
+        #[serde(default = "default_e5_dir")]
+        e5_model_dir: String,
+    },
 }
 
 fn default_hashed_dimension() -> usize {
@@ -302,15 +318,23 @@ fn default_embed_timeout_ms() -> u64 {
 fn default_use_m3_dir() -> String {
     ".skald/models/use-m3".to_owned()
 }
+fn default_e5_dir() -> String {
+    ".skald/models/e5".to_owned()
+}
 
 impl EmbeddingConfig {
-    /// These settings with a relative `model_dir` (of `use-m3`) joined onto
-    /// `base_dir`; other providers are returned unchanged.
+    /// These settings with a relative model directory (of `use-m3` and
+    /// `use-m3+e5`) joined onto `base_dir`; other providers are returned
+    /// unchanged.
     #[must_use]
     pub fn resolved(&self, base_dir: &Path) -> Self {
+        let resolve = |dir: &str| {
+            if Path::new(dir).is_relative() { base_dir.join(dir).display().to_string() } else { dir.to_owned() }
+        };
         match self {
-            Self::UseM3 { model_dir } if Path::new(model_dir).is_relative() => {
-                Self::UseM3 { model_dir: base_dir.join(model_dir).display().to_string() }
+            Self::UseM3 { model_dir } => Self::UseM3 { model_dir: resolve(model_dir) },
+            Self::UseM3E5 { model_dir, e5_model_dir } => {
+                Self::UseM3E5 { model_dir: resolve(model_dir), e5_model_dir: resolve(e5_model_dir) }
             }
             other => other.clone(),
         }
@@ -770,6 +794,9 @@ impl Config {
         if let Ok(dir) = std::env::var("SKALD_USE_M3_DIR") {
             config.set_use_m3_dir(&dir);
         }
+        if let Ok(dir) = std::env::var("SKALD_E5_DIR") {
+            config.set_e5_dir(&dir);
+        }
         if let Some(model) = ModelConfig::from_env_prefix("SKALD_LLM")? {
             config.llm = Some(model);
         }
@@ -818,13 +845,24 @@ impl Config {
         Ok(config)
     }
 
-    /// Points the USE-m3 embedder at `dir` (`SKALD_USE_M3_DIR`); nothing
-    /// when `dir` is empty or another embedder is configured.
+    /// Points the USE-m3 embedder (alone or in `use-m3+e5`) at `dir`
+    /// (`SKALD_USE_M3_DIR`); nothing when `dir` is empty or another
+    /// embedder is configured.
     pub fn set_use_m3_dir(&mut self, dir: &str) {
-        if let EmbeddingConfig::UseM3 { model_dir } = &mut self.embedding
+        if let EmbeddingConfig::UseM3 { model_dir } | EmbeddingConfig::UseM3E5 { model_dir, .. } = &mut self.embedding
             && !dir.is_empty()
         {
             dir.clone_into(model_dir);
+        }
+    }
+
+    /// Points `use-m3+e5`'s e5 model at `dir` (`SKALD_E5_DIR`); nothing
+    /// when `dir` is empty or another embedder is configured.
+    pub fn set_e5_dir(&mut self, dir: &str) {
+        if let EmbeddingConfig::UseM3E5 { e5_model_dir, .. } = &mut self.embedding
+            && !dir.is_empty()
+        {
+            dir.clone_into(e5_model_dir);
         }
     }
 
@@ -1046,5 +1084,28 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(c.embedding_resolved(), EmbeddingConfig::UseM3 { model_dir: "/opt/use-m3".into() });
+    }
+
+    #[test]
+    fn the_fused_embedder_resolves_both_model_directories() {
+        let mut c = Config::from_json(
+            r#"{"embedding": {"provider": "use-m3+e5", "e5_model_dir": "/opt/e5"}}"#,
+            "t.json",
+            Path::new("/etc/skald"),
+        )
+        .expect("valid");
+        assert_eq!(
+            c.embedding_resolved(),
+            EmbeddingConfig::UseM3E5 {
+                model_dir: "/etc/skald/.skald/models/use-m3".into(),
+                e5_model_dir: "/opt/e5".into()
+            }
+        );
+        c.set_use_m3_dir("/layer/use-m3");
+        c.set_e5_dir("models/e5");
+        assert_eq!(
+            c.embedding_resolved(),
+            EmbeddingConfig::UseM3E5 { model_dir: "/layer/use-m3".into(), e5_model_dir: "/etc/skald/models/e5".into() }
+        );
     }
 }

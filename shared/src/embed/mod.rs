@@ -7,6 +7,7 @@ use async_trait::async_trait;
 
 #[cfg(feature = "e5")]
 pub mod e5;
+pub mod ensemble;
 pub mod hashed;
 #[cfg(any(feature = "use-m3", feature = "e5"))]
 pub(crate) mod kernel;

@@ -200,9 +200,11 @@ impl VectorBucket {
     }
 
     /// The `top_k` (at most 100) records nearest `vector` among those
-    /// `filter` lets through, nearest first, each with its cosine
-    /// similarity (`1 − distance`). Vectors that carry no Skald record are
-    /// skipped. Cost: one `QueryVectors`.
+    /// `filter` lets through, nearest first, each with its dot product with
+    /// `vector`: the cosine similarity (`1 − distance`; stored vectors are
+    /// unit length) times `vector`'s length, which is 1 but for a fused
+    /// embedder's queries ([`crate::embed::ensemble`]). Vectors that carry
+    /// no Skald record are skipped. Cost: one `QueryVectors`.
     ///
     /// # Errors
     /// [`IndexError::Vectors`].
@@ -227,12 +229,13 @@ impl VectorBucket {
             .send()
             .await
             .map_err(|e| failed("QueryVectors", &e))?;
+        let length = f64::from(crate::embed::dot(vector, vector).sqrt());
         Ok(out
             .vectors()
             .iter()
             .filter_map(|v| {
                 let record = remote::record_of(&from_document(v.metadata()?))?;
-                Some((record, 1.0 - f64::from(v.distance()?)))
+                Some((record, (1.0 - f64::from(v.distance()?)) * length))
             })
             .collect())
     }
