@@ -53,7 +53,6 @@ use skald::store::local::LocalStore;
 use skald_tests::fixture::ACCOUNT;
 use skald_tests::moto;
 
-pub mod ensemble;
 pub mod eval;
 mod proxy;
 mod s3_server;
@@ -402,13 +401,6 @@ pub fn embedder(hashed: bool, hashed_flag: &str) -> Arc<dyn Embedder> {
         return Arc::new(HashedEmbedder::new(256));
     }
     Arc::new(use_m3(hashed_flag))
-}
-
-/// USE-m3 beside the multilingual-e5-small server at `url`
-/// ([`ensemble`]); exits as [`embedder`] does without the USE-m3 model.
-#[must_use]
-pub fn ensemble_embedder(url: &str) -> Arc<dyn Embedder> {
-    Arc::new(ensemble::EnsembleEmbedder::new(use_m3("--hashed"), url))
 }
 
 /// USE-m3 beside the embedded multilingual-e5-small of [`e5_dir`], fused

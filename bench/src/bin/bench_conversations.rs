@@ -34,9 +34,8 @@
 //! `SKALD_SHOW_BLOCKS=1`, `--show-misses` prints each missed block;
 //! `SKALD_DUMP_SCORES=FILE` appends every question's top 40 hits (score,
 //! evidence held) as JSON lines, the data the bars are calibrated on.
-//! `--ensemble URL` embeds with USE-m3 beside a multilingual-e5-small
-//! server (`skald_bench::ensemble`); `--fused` with the `use-m3+e5`
-//! embedder, both models in process.
+//! `--fused` embeds with the `use-m3+e5` embedder (USE-m3 beside the
+//! embedded multilingual-e5-small).
 // A benchmark reports on stdout by design.
 #![allow(clippy::print_stdout)]
 
@@ -53,7 +52,7 @@ use skald::sessions::{SessionId, StoredMessage};
 use skald_bench::eval::{Bm25, normal, unescape};
 use skald_bench::{Flags, TempStore, block_on, embedder, event, fail, parse_body, percentile, repo, sorted};
 
-const USAGE: &str = "usage: bench_conversations [--only NAME] [--hashed] [--show-misses N] [--episode-messages N] [--episode-tokens N] [--limit N] [--search-type semantic|keywords|hybrid] [--model-stub] [--gap X] [--floor X] [--ensemble URL] [--fused]";
+const USAGE: &str = "usage: bench_conversations [--only NAME] [--hashed] [--show-misses N] [--episode-messages N] [--episode-tokens N] [--limit N] [--search-type semantic|keywords|hybrid] [--model-stub] [--gap X] [--floor X] [--fused]";
 
 #[derive(Debug, Deserialize)]
 struct Conversation {
@@ -160,13 +159,11 @@ fn main() {
     let mut stub = false;
     let mut search_type: Option<String> = None;
     let mut retrieval = skald::config::RetrievalConfig::default();
-    let mut ensemble: Option<String> = None;
     let mut fused = false;
     while let Some(flag) = flags.next() {
         match flag.as_str() {
             "--only" => only = Some(flags.value(&flag).unwrap_or_else(|e| fail("--only", e))),
             "--hashed" => hashed = true,
-            "--ensemble" => ensemble = Some(flags.value(&flag).unwrap_or_else(|e| fail("--ensemble", e))),
             "--fused" => fused = true,
             "--show-misses" => show = flags.at_least(&flag, 0).unwrap_or_else(|e| fail("--show-misses", e)),
             "--episode-messages" => {
@@ -202,12 +199,8 @@ fn main() {
     if files.is_empty() {
         fail("conversations", format!("none in {}", dir.display()));
     }
-    let embedder = match &ensemble {
-        // USE-m3 beside the embedded multilingual-e5-small (`use-m3+e5`).
-        None if fused => skald_bench::fused_embedder(),
-        Some(url) => skald_bench::ensemble_embedder(url),
-        None => embedder(hashed, "--hashed"),
-    };
+    // `--fused`: USE-m3 beside the embedded multilingual-e5-small (`use-m3+e5`).
+    let embedder = if fused { skald_bench::fused_embedder() } else { embedder(hashed, "--hashed") };
     println!(
         "== conversational evaluation: {} conversation(s), embedder {}, episodes of at most {} messages and {} tokens",
         files.len(),

@@ -4,7 +4,7 @@
 //! ```text
 //! scripts/setup-model.sh        # once (the USE-m3 model), unless --hashed
 //! cargo build --release -p skald-bench --bin bench_retrieval
-//! target/release/bench_retrieval [--hashed] [--only-kind K] [--show-misses N] [--ensemble URL] [--fused]
+//! target/release/bench_retrieval [--hashed] [--only-kind K] [--show-misses N] [--fused]
 //! SKALD_SHOW_BLOCKS=1 target/release/bench_retrieval --show-misses 3   # the missed blocks too
 //! python3 tests/eval/retrieval/check.py   # the set's own checks
 //! ```
@@ -57,7 +57,7 @@ use skald_bench::eval::{Bm25, normal, unescape};
 use skald_bench::{Flags, TempStore, block_on, embedder, event, fail, parse_body, program, repo};
 use skald_tests::fixture::{FIND_PATH, SEARCH_PATH};
 
-const USAGE: &str = "usage: bench_retrieval [--hashed] [--only-kind answerable|multi|paragraph|unanswerable] [--show-misses N] [--gap X] [--floor X] [--ensemble URL] [--fused]";
+const USAGE: &str = "usage: bench_retrieval [--hashed] [--only-kind answerable|multi|paragraph|unanswerable] [--show-misses N] [--gap X] [--floor X] [--fused]";
 
 /// The kinds of query, in report order.
 const KINDS: [&str; 4] = ["answerable", "multi", "paragraph", "unanswerable"];
@@ -197,12 +197,10 @@ fn main() {
     let mut flags = Flags::from_env(USAGE);
     let (mut hashed, mut only_kind, mut show) = (false, None::<String>, 0usize);
     let mut retrieval = skald::config::RetrievalConfig::default();
-    let mut ensemble: Option<String> = None;
     let mut fused = false;
     while let Some(flag) = flags.next() {
         match flag.as_str() {
             "--hashed" => hashed = true,
-            "--ensemble" => ensemble = Some(flags.value(&flag).unwrap_or_else(|e| fail("--ensemble", e))),
             "--fused" => fused = true,
             "--only-kind" => {
                 let kind = flags.value(&flag).unwrap_or_else(|e| fail("--only-kind", e));
@@ -220,13 +218,8 @@ fn main() {
     let mut queries = load_queries();
     queries.retain(|q| only_kind.as_ref().is_none_or(|k| &q.kind == k));
     let docs = long_docs();
-    let embedder = match &ensemble {
-        // USE-m3 beside the embedded multilingual-e5-small (`use-m3+e5`).
-        None if fused => skald_bench::fused_embedder(),
-        // USE-m3 beside a multilingual-e5-small server (`skald_bench::ensemble`).
-        Some(url) => skald_bench::ensemble_embedder(url),
-        None => embedder(hashed, "--hashed"),
-    };
+    // `--fused`: USE-m3 beside the embedded multilingual-e5-small (`use-m3+e5`).
+    let embedder = if fused { skald_bench::fused_embedder() } else { embedder(hashed, "--hashed") };
     let command: Vec<String> = std::iter::once(program()).chain(std::env::args().skip(1)).collect();
     println!("$ {}", command.join(" "));
     println!();
