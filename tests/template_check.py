@@ -217,9 +217,11 @@ def main():
         ("api_key", {"IdentityMode": "api_key"}),
         ("api_key+vectors", dict(IdentityMode="api_key", **vectors)),
         ("jwt+vectors+s3vectors", dict(jwt, IndexBackend="s3vectors", **vectors)),
+        ("api_key+e5", {"IdentityMode": "api_key", "Embedder": "use-m3+e5"}),
     ]:
         uses_jwt = parameters["IdentityMode"] == "jwt"
         has_vectors = parameters.get("VectorBucket") == "Enabled"
+        uses_e5 = parameters.get("Embedder") == "use-m3+e5"
         try:
             out = translate(parameters)
         except Exception as error:  # the translator's own validation errors
@@ -229,6 +231,7 @@ def main():
         conditions = {name: bool(evaluate(c, out, values)) for name, c in out.get("Conditions", {}).items()}
         check(conditions.get("UsesJwt") == uses_jwt, f"{mode}: UsesJwt is {conditions.get('UsesJwt')}")
         check(conditions.get("HasVectorBucket") == has_vectors, f"{mode}: HasVectorBucket is {conditions.get('HasVectorBucket')}")
+        check(conditions.get("UsesE5") == uses_e5, f"{mode}: UsesE5 is {conditions.get('UsesE5')}")
         # The resources (and outputs) this deployment would create.
         resources = {
             name: resource
@@ -248,6 +251,8 @@ def main():
         output = render(outputs["VectorBucketName"]["Value"], values) if "VectorBucketName" in outputs else None
         want_output = VECTOR_BUCKET if has_vectors else None
         check(output == want_output, f"{mode}: output VectorBucketName {output!r}, expected {want_output!r}")
+        layer_versions = sorted(n for n, r in resources.items() if r["Type"] == "AWS::Lambda::LayerVersion")
+        check(len(layer_versions) == 1 + uses_e5, f"{mode}: layers {layer_versions}")
         functions = {name for name, r in resources.items() if r["Type"] == "AWS::Lambda::Function"}
         check(functions == set(VECTOR_ACTIONS), f"{mode}: functions {sorted(functions)}, expected {sorted(VECTOR_ACTIONS)}")
         body = resources["HttpApi"]["Properties"]["Body"]
@@ -266,6 +271,14 @@ def main():
             plain = [v for v in variables if v.endswith("_API_KEY")]
             check(not plain, f"{mode}: {name} has API keys in its environment: {plain}")
             check(variables.get("SKALD_IDENTITY_MODE") == {"Ref": "IdentityMode"}, f"{mode}: {name} lacks the mode")
+            check(variables.get("SKALD_EMBEDDER") == {"Ref": "Embedder"}, f"{mode}: {name} lacks the embedder")
+            # A function that embeds carries USE-m3's layer, and e5's with
+            # use-m3+e5 (SAM suffixes a layer's logical id with a hash).
+            layers = [l.get("Ref", "") if isinstance(l, dict) else str(l) for l in resource["Properties"].get("Layers", [])]
+            if layers:
+                want_layers = ["UseM3Layer", "E5Layer"] if uses_e5 else ["UseM3Layer"]
+                check(len(layers) == len(want_layers) and all(l.startswith(w) for l, w in zip(layers, want_layers)),
+                      f"{mode}: {name}'s layers are {layers}, expected {want_layers}")
             check(variables.get("SKALD_INDEX_BACKEND") == {"Ref": "IndexBackend"}, f"{mode}: {name} lacks the index backend")
             backend = render(variables.get("SKALD_INDEX_BACKEND", ""), values)
             want_backend = parameters.get("IndexBackend", "segments")

@@ -3,7 +3,8 @@
 //!
 //! Sources, later ones winning: the file named by `SKALD_CONFIG` (if set),
 //! then `SKALD_STORE` (store location), `SKALD_S3_ENDPOINT` (S3 endpoint
-//! override), `SKALD_USE_M3_DIR` (the USE-m3 model's directory, e.g. a
+//! override), `SKALD_EMBEDDER` (`use-m3` or `use-m3+e5`),
+//! `SKALD_USE_M3_DIR` (the USE-m3 model's directory, e.g. a
 //! Lambda layer's `/opt`), `SKALD_E5_DIR` (`use-m3+e5`'s e5 model) and the models (`SKALD_LLM_*`,
 //! `SKALD_QUERY_PLANNER_*`, see [`ModelConfig::from_env_prefix`]) from the
 //! environment.
@@ -791,6 +792,9 @@ impl Config {
             config.s3.endpoint_url = Some(endpoint);
             config.s3.force_path_style = true;
         }
+        if let Ok(name) = std::env::var("SKALD_EMBEDDER") {
+            config.set_embedder(&name)?;
+        }
         if let Ok(dir) = std::env::var("SKALD_USE_M3_DIR") {
             config.set_use_m3_dir(&dir);
         }
@@ -843,6 +847,33 @@ impl Config {
             config.mcp.allowed_origins.extend(listed);
         }
         Ok(config)
+    }
+
+    /// Switches between the embedded embedders (`SKALD_EMBEDDER`): `use-m3`
+    /// or `use-m3+e5`, each with its default model directories; nothing
+    /// when `name` is empty or already the configured one (its directories
+    /// stay).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming `SKALD_EMBEDDER` and the value for
+    /// any other name.
+    pub fn set_embedder(&mut self, name: &str) -> Result<(), ConfigError> {
+        self.embedding = match (name, &self.embedding) {
+            ("", _) | ("use-m3", EmbeddingConfig::UseM3 { .. }) | ("use-m3+e5", EmbeddingConfig::UseM3E5 { .. }) => {
+                return Ok(());
+            }
+            ("use-m3", _) => EmbeddingConfig::UseM3 { model_dir: default_use_m3_dir() },
+            ("use-m3+e5", _) => {
+                EmbeddingConfig::UseM3E5 { model_dir: default_use_m3_dir(), e5_model_dir: default_e5_dir() }
+            }
+            (other, _) => {
+                return Err(ConfigError::Invalid {
+                    path: "environment".to_owned(),
+                    message: format!("SKALD_EMBEDDER must be use-m3 or use-m3+e5, not {other:?}"),
+                });
+            }
+        };
+        Ok(())
     }
 
     /// Points the USE-m3 embedder (alone or in `use-m3+e5`) at `dir`
@@ -1107,5 +1138,25 @@ mod tests {
             c.embedding_resolved(),
             EmbeddingConfig::UseM3E5 { model_dir: "/layer/use-m3".into(), e5_model_dir: "/etc/skald/models/e5".into() }
         );
+    }
+
+    #[test]
+    fn the_embedder_switches_by_name_and_refuses_others() {
+        let mut c = Config::from_json("{}", "t.json", Path::new("/etc/skald")).expect("valid");
+        c.set_embedder("use-m3+e5").expect("known");
+        assert_eq!(
+            c.embedding,
+            EmbeddingConfig::UseM3E5 {
+                model_dir: ".skald/models/use-m3".into(),
+                e5_model_dir: ".skald/models/e5".into()
+            }
+        );
+        c.set_e5_dir("/opt");
+        c.set_embedder("use-m3+e5").expect("the same one");
+        assert!(matches!(&c.embedding, EmbeddingConfig::UseM3E5 { e5_model_dir, .. } if e5_model_dir == "/opt"));
+        c.set_embedder("use-m3").expect("known");
+        assert_eq!(c.embedding, EmbeddingConfig::UseM3 { model_dir: ".skald/models/use-m3".into() });
+        let err = c.set_embedder("e5").expect_err("unknown").to_string();
+        assert!(err.contains("SKALD_EMBEDDER") && err.contains("\"e5\""), "{err}");
     }
 }
