@@ -199,6 +199,23 @@ pub fn load_average() -> String {
     load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
 }
 
+/// The median and 90th percentile of `runs` timings of `f`, in
+/// milliseconds (the embedder benches' measure).
+pub fn time_ms<T>(runs: usize, mut f: impl FnMut() -> T) -> (f64, f64) {
+    let t = sorted((0..runs.max(1)).map(|_| {
+        let start = std::time::Instant::now();
+        std::hint::black_box(f());
+        start.elapsed().as_secs_f64() * 1e3
+    }));
+    (t[t.len() / 2], t[(t.len() * 9 / 10).min(t.len() - 1)])
+}
+
+/// `key`'s value in `/proc/self/status` (e.g. `VmHWM:`), or `?`.
+#[must_use]
+pub fn status(key: &str) -> String {
+    proc_status(key).unwrap_or_else(|| "?".to_owned())
+}
+
 /// The line `key` (e.g. `VmHWM:`) of `/proc/self/status` without its key,
 /// trimmed (`"15300 kB"`).
 #[must_use]

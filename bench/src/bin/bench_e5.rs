@@ -16,7 +16,7 @@ use std::io::BufRead;
 use std::time::{Duration, Instant};
 
 use skald::embed::e5::{E5Embedder, MODEL_FILE, Side};
-use skald_bench::{e5_dir, proc_status};
+use skald_bench::{e5_dir, status, time_ms};
 
 const SHORT: &str = "How do I reset my password on the staging cluster?";
 const LONG: &str = "Skald assembles context for agents from their memories, resources and skills. A request names \
@@ -34,23 +34,6 @@ fn open(dir: &std::path::Path) -> E5Embedder {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
-}
-
-/// Median and 90th percentile of `runs` timings of `f`, in milliseconds.
-fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> (f64, f64) {
-    let mut t: Vec<f64> = (0..runs)
-        .map(|_| {
-            let start = Instant::now();
-            std::hint::black_box(f());
-            ms(start.elapsed())
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    (t[t.len() / 2], t[(t.len() * 9 / 10).min(t.len() - 1)])
-}
-
-fn status(key: &str) -> String {
-    proc_status(key).unwrap_or_else(|| "?".to_owned())
 }
 
 /// `q` or `p`, a tab, a text per line of stdin: one JSON array per line.
@@ -78,9 +61,9 @@ fn main() {
     let start = Instant::now();
     let _ = model.embed_blocking(&[SHORT], Side::Query);
     println!("first query ({short} tokens): {:.2} ms", ms(start.elapsed()));
-    let (s_med, s_p90) = time(50, || model.embed_blocking(&[SHORT], Side::Query));
+    let (s_med, s_p90) = time_ms(50, || model.embed_blocking(&[SHORT], Side::Query));
     println!("warm query ({short} tokens): median {s_med:.2} ms, p90 {s_p90:.2} ms");
-    let (l_med, l_p90) = time(10, || model.embed_blocking(&[LONG], Side::Passage));
+    let (l_med, l_p90) = time_ms(10, || model.embed_blocking(&[LONG], Side::Passage));
     println!("warm passage ({long} tokens): median {l_med:.2} ms, p90 {l_p90:.2} ms");
     let texts: Vec<String> = (0..100)
         .map(|i| match i % 3 {
@@ -91,7 +74,7 @@ fn main() {
         .collect();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let tokens: usize = refs.iter().map(|t| model.token_ids(t, Side::Passage).len()).sum();
-    let (b_med, _) = time(3, || model.embed_blocking(&refs, Side::Passage));
+    let (b_med, _) = time_ms(3, || model.embed_blocking(&refs, Side::Passage));
     println!(
         "100 passages ({tokens} tokens) in one call: median {b_med:.1} ms ({:.3} ms/token)",
         b_med / tokens as f64

@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use skald::embed::use_m3::{MODEL_FILE, UseM3Embedder};
-use skald_bench::{proc_status, use_m3_dir};
+use skald_bench::{status, time_ms, use_m3_dir};
 
 const SHORT: &str = "How do I reset my password on the staging cluster?";
 const LONG: &str = "Skald assembles context for agents from their memories, resources and skills. A request names \
@@ -35,23 +35,6 @@ fn open(dir: &std::path::Path) -> UseM3Embedder {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
-}
-
-/// Median and 90th percentile of `runs` timings of `f`, in milliseconds.
-fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> (f64, f64) {
-    let mut t: Vec<f64> = (0..runs)
-        .map(|_| {
-            let start = Instant::now();
-            std::hint::black_box(f());
-            ms(start.elapsed())
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    (t[t.len() / 2], t[(t.len() * 9 / 10).min(t.len() - 1)])
-}
-
-fn status(key: &str) -> String {
-    proc_status(key).unwrap_or_else(|| "?".to_owned())
 }
 
 fn hundred_texts() -> Vec<String> {
@@ -101,26 +84,26 @@ fn main() {
     println!("first query, short ({} tokens): {first_short:.2} ms", short_ids.len());
     println!("first query, long ({} tokens): {first_long:.2} ms", long_ids.len());
 
-    let (open_med, open_p90) = time(200, || open(&dir));
+    let (open_med, open_p90) = time_ms(200, || open(&dir));
     println!("open, median of 200: {open_med:.3} ms (p90 {open_p90:.3})");
-    let (tok_short, _) = time(2000, || model.token_ids(SHORT));
-    let (tok_long, _) = time(500, || model.token_ids(LONG));
+    let (tok_short, _) = time_ms(2000, || model.token_ids(SHORT));
+    let (tok_long, _) = time_ms(500, || model.token_ids(LONG));
     println!("tokenize only: short {:.1} µs, long {:.1} µs", tok_short * 1e3, tok_long * 1e3);
-    let (s_med, s_p90) = time(300, || model.embed_blocking(&[SHORT]));
+    let (s_med, s_p90) = time_ms(300, || model.embed_blocking(&[SHORT]));
     println!("warm query, short ({} tokens): median {s_med:.2} ms, p90 {s_p90:.2} ms", short_ids.len());
-    let (l_med, l_p90) = time(60, || model.embed_blocking(&[LONG]));
+    let (l_med, l_p90) = time_ms(60, || model.embed_blocking(&[LONG]));
     println!("warm query, long ({} tokens): median {l_med:.2} ms, p90 {l_p90:.2} ms", long_ids.len());
 
     let texts = hundred_texts();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let tokens: usize = refs.iter().map(|t| model.token_ids(t).len()).sum();
-    let (b_med, _) = time(5, || model.embed_blocking(&refs));
+    let (b_med, _) = time_ms(5, || model.embed_blocking(&refs));
     println!(
         "100 texts ({tokens} tokens) in one call: median {b_med:.1} ms ({:.2} ms/text, {:.3} ms/token)",
         b_med / 100.0,
         b_med / tokens as f64
     );
-    let one_by_one = time(3, || refs.iter().map(|t| model.embed_blocking(&[t])).collect::<Vec<_>>()).0;
+    let one_by_one = time_ms(3, || refs.iter().map(|t| model.embed_blocking(&[t])).collect::<Vec<_>>()).0;
     println!("the same 100 texts one call each: median {one_by_one:.1} ms");
     println!("VmHWM {}, VmRSS {}", status("VmHWM:"), status("VmRSS:"));
 }

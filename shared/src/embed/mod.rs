@@ -11,6 +11,8 @@ pub mod ensemble;
 pub mod hashed;
 #[cfg(any(feature = "use-m3", feature = "e5"))]
 pub(crate) mod kernel;
+#[cfg(any(feature = "use-m3", feature = "e5"))]
+mod model_file;
 #[cfg(feature = "openai")]
 pub mod openai;
 #[cfg(feature = "use-m3")]

@@ -82,3 +82,12 @@ pub(crate) async fn upload(app: &Arc<App>, file_name: &str, bytes: &[u8]) -> Str
     let reply = call_handler(app, Handler::Content, upload_request(file_name, bytes)).await;
     ok(&reply)["temp_file_id"].as_str().unwrap_or_else(|| panic!("no temp_file_id: {}", reply.text)).to_owned()
 }
+
+/// The cosine of two vectors, accumulated in `f64` (the embedders' parity
+/// tests).
+pub(crate) fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+    let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    dot / (na * nb)
+}

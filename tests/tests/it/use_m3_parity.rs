@@ -10,6 +10,8 @@
 use std::path::PathBuf;
 
 use serde_json::Value;
+
+use crate::common::cosine;
 use skald::app::build_embedder;
 use skald::config::Config;
 use skald::embed::use_m3::{DIMENSION, ID, MAX_TOKENS, UseM3Embedder};
@@ -63,13 +65,6 @@ fn cases() -> Vec<Case> {
             vector: c["vector"].as_array().expect("vector").iter().map(|v| v.as_f64().expect("f") as f32).collect(),
         })
         .collect()
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
-    let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    dot / (na * nb)
 }
 
 #[test]

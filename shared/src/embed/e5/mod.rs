@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use super::model_file::{ModelBytes, invalid, open_once};
 use super::{EmbedError, Embedder};
 
 pub mod file;
@@ -50,24 +51,8 @@ pub const MAX_TOKENS: usize = 256;
 /// each weight matrix is streamed once per batch.
 const BATCH_TOKENS: usize = 512;
 
-/// The model file's bytes: mapped, or owned (tests, tools).
-enum Bytes {
-    Mapped(memmap2::Mmap),
-    Owned(Vec<u8>),
-}
-
-impl std::ops::Deref for Bytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            Self::Mapped(m) => m,
-            Self::Owned(v) => v,
-        }
-    }
-}
-
 struct Inner {
-    bytes: Bytes,
+    bytes: ModelBytes,
     layout: Layout,
     pieces: PieceTable,
     net: Network,
@@ -86,20 +71,8 @@ impl std::fmt::Debug for E5Embedder {
     }
 }
 
-fn invalid(path: &Path, e: impl std::fmt::Display) -> EmbedError {
-    EmbedError::Config(format!("e5 model file {}: {e}; run scripts/setup-model.sh to fetch it again", path.display()))
-}
-
-/// Maps `file` into memory, read-only.
-#[allow(unsafe_code)]
-fn map_read_only(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
-    // SAFETY: the mapping is read-only and `file` was opened read-only.
-    // `scripts/setup-model.sh` writes the model file to a temporary name and
-    // renames it into place; nothing in Skald writes to it afterwards.
-    // Truncating it from outside would be the only way to invalidate the
-    // mapping, which is outside our contract.
-    unsafe { memmap2::Mmap::map(file) }
-}
+/// The model's name in error messages.
+const WHAT: &str = "e5";
 
 /// Which side of the asymmetric model a text is embedded as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,15 +100,8 @@ impl E5Embedder {
     /// `scripts/setup-model.sh`), unreadable, or not a valid model file.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self, EmbedError> {
         let path = dir.as_ref().join(MODEL_FILE);
-        let file = std::fs::File::open(&path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                EmbedError::Config(format!("e5 model file {} not found: run scripts/setup-model.sh", path.display()))
-            } else {
-                invalid(&path, e)
-            }
-        })?;
-        let map = map_read_only(&file).map_err(|e| invalid(&path, e))?;
-        Self::from_parts(Bytes::Mapped(map)).map_err(|e| invalid(&path, e))
+        let bytes = ModelBytes::map(WHAT, &path)?;
+        Self::from_parts(bytes).map_err(|e| invalid(WHAT, &path, e))
     }
 
     /// An embedder over a model file held in memory (tests, tools).
@@ -143,20 +109,15 @@ impl E5Embedder {
     /// # Errors
     /// [`EmbedError::Config`] when the bytes are not a valid model file.
     pub fn from_bytes(bytes: Vec<u8>) -> Result<Self, EmbedError> {
-        Self::from_parts(Bytes::Owned(bytes)).map_err(|e| EmbedError::Config(format!("e5 model: {e}")))
+        Self::from_parts(ModelBytes::Owned(bytes)).map_err(|e| EmbedError::Config(format!("e5 model: {e}")))
     }
 
-    fn from_parts(bytes: Bytes) -> Result<Self, file::FileError> {
+    fn from_parts(bytes: ModelBytes) -> Result<Self, file::FileError> {
         let layout = Layout::parse(&bytes)?;
         let pieces = PieceTable::new(&layout, &bytes[layout.piece_bytes.clone()]);
         let net = Network::load(&bytes, &layout)?;
-        #[cfg(unix)]
-        if let Bytes::Mapped(map) = &bytes {
-            // A text reads a few scattered rows of the 54 MB word table: no
-            // readahead there. Advisory: a refusal changes nothing.
-            let table = net.word_table();
-            let _ = map.advise_range(memmap2::Advice::Random, table.start, table.len());
-        }
+        // A text reads a few scattered rows of the 54 MB word table.
+        bytes.advise_random(net.word_table());
         Ok(Self { inner: Arc::new(Inner { bytes, layout, pieces, net }) })
     }
 
@@ -251,15 +212,8 @@ impl LazyE5Embedder {
     /// # Errors
     /// As [`E5Embedder::open`].
     pub async fn get(&self) -> Result<&E5Embedder, EmbedError> {
-        self.cell
-            .get_or_try_init(|| async {
-                let dir = self.dir.clone();
-                tokio::task::spawn_blocking(move || E5Embedder::open(dir)).await.map_err(|e| EmbedError::Provider {
-                    provider: ID.to_owned(),
-                    message: format!("opening the model failed: {e}"),
-                })?
-            })
-            .await
+        let dir = self.dir.clone();
+        open_once(&self.cell, ID, move || E5Embedder::open(dir)).await
     }
 }
 

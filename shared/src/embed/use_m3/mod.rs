@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use super::model_file::{ModelBytes, invalid, open_once};
 use super::{EmbedError, Embedder};
 
 mod darts;
@@ -72,22 +73,6 @@ pub mod tokenizer_names {
     pub const MAX_PIECE_CHARS: &str = "sp.max_piece_chars";
 }
 
-/// The model file's bytes: mapped, or owned (tests, tools).
-enum Bytes {
-    Mapped(memmap2::Mmap),
-    Owned(Vec<u8>),
-}
-
-impl std::ops::Deref for Bytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            Self::Mapped(m) => m,
-            Self::Owned(v) => v,
-        }
-    }
-}
-
 /// Where the tokenizer tables lie in the file.
 #[derive(Debug, Clone)]
 struct TokenizerLayout {
@@ -100,7 +85,7 @@ struct TokenizerLayout {
 }
 
 struct Inner {
-    bytes: Bytes,
+    bytes: ModelBytes,
     net: Network,
     tokenizer: TokenizerLayout,
 }
@@ -117,26 +102,13 @@ impl std::fmt::Debug for UseM3Embedder {
         f.debug_struct("UseM3Embedder")
             .field("id", &ID)
             .field("file_bytes", &self.inner.bytes.len())
-            .field("mapped", &matches!(self.inner.bytes, Bytes::Mapped(_)))
+            .field("mapped", &matches!(self.inner.bytes, ModelBytes::Mapped(_)))
             .finish()
     }
 }
 
-/// Maps `file` into memory, read-only.
-#[allow(unsafe_code)]
-fn map_read_only(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
-    // SAFETY: the mapping is read-only and `file` was opened read-only. The
-    // model file is written once by `skald model convert` to a temporary name
-    // and renamed into place; nothing in Skald writes to it afterwards (a
-    // re-conversion renames a new file over the name, leaving this inode and
-    // the mapping intact). Truncating it from outside would be the only way
-    // to invalidate the mapping, which is outside our contract.
-    unsafe { memmap2::Mmap::map(file) }
-}
-
-fn invalid(path: &Path, e: impl std::fmt::Display) -> EmbedError {
-    EmbedError::Config(format!("USE-m3 model file {}: {e}; run scripts/setup-model.sh to rebuild it", path.display()))
-}
+/// The model's name in error messages.
+const WHAT: &str = "USE-m3";
 
 impl UseM3Embedder {
     /// Opens `dir/`[`MODEL_FILE`]: memory-maps it, checks the header, the
@@ -153,18 +125,8 @@ impl UseM3Embedder {
     /// inconsistent.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self, EmbedError> {
         let path = dir.as_ref().join(MODEL_FILE);
-        let file = std::fs::File::open(&path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                EmbedError::Config(format!(
-                    "USE-m3 model file {} not found: run scripts/setup-model.sh (or `skald model convert`)",
-                    path.display()
-                ))
-            } else {
-                invalid(&path, e)
-            }
-        })?;
-        let map = map_read_only(&file).map_err(|e| invalid(&path, e))?;
-        Self::from_parts(Bytes::Mapped(map)).map_err(|e| invalid(&path, e))
+        let bytes = ModelBytes::map(WHAT, &path)?;
+        Self::from_parts(bytes).map_err(|e| invalid(WHAT, &path, e))
     }
 
     /// An embedder over a model file held in memory (tests, tools). Cost: as
@@ -173,10 +135,10 @@ impl UseM3Embedder {
     /// # Errors
     /// [`EmbedError::Config`] when the bytes are not a valid model file.
     pub fn from_bytes(bytes: Vec<u8>) -> Result<Self, EmbedError> {
-        Self::from_parts(Bytes::Owned(bytes)).map_err(|e| EmbedError::Config(format!("USE-m3 model: {e}")))
+        Self::from_parts(ModelBytes::Owned(bytes)).map_err(|e| EmbedError::Config(format!("USE-m3 model: {e}")))
     }
 
-    fn from_parts(bytes: Bytes) -> Result<Self, format::FormatError> {
+    fn from_parts(bytes: ModelBytes) -> Result<Self, format::FormatError> {
         use format::{Dtype, FormatError, TensorTable};
         use tokenizer_names as n;
         let table = TensorTable::parse(&bytes)?;
@@ -199,14 +161,8 @@ impl UseM3Embedder {
         let max_piece_chars =
             bytes[max.offset..max.offset + 4].first_chunk::<4>().map_or(0, |b| u32::from_le_bytes(*b)) as usize;
         let tokenizer = TokenizerLayout { piece_trie, scores, charsmap_trie, normalized, unk_score, max_piece_chars };
-        #[cfg(unix)]
-        if let Bytes::Mapped(map) = &bytes {
-            // A query reads a few scattered 512-byte rows of the 65 MB table:
-            // no readahead or fault-around there, which keeps resident memory
-            // to the rows actually used. Advisory: a refusal changes nothing.
-            let table = net.table_range();
-            let _ = map.advise_range(memmap2::Advice::Random, table.start, table.len());
-        }
+        // A query reads a few scattered 512-byte rows of the 65 MB table.
+        bytes.advise_random(net.table_range());
         Ok(Self { inner: Arc::new(Inner { bytes, net, tokenizer }) })
     }
 
@@ -319,14 +275,8 @@ impl LazyUseM3Embedder {
     /// # Errors
     /// As [`UseM3Embedder::open`].
     pub async fn get(&self) -> Result<&UseM3Embedder, EmbedError> {
-        self.model
-            .get_or_try_init(|| async {
-                let dir = self.dir.clone();
-                tokio::task::spawn_blocking(move || UseM3Embedder::open(dir)).await.map_err(|e| {
-                    EmbedError::Provider { provider: ID.to_owned(), message: format!("opening the model failed: {e}") }
-                })?
-            })
-            .await
+        let dir = self.dir.clone();
+        open_once(&self.model, ID, move || UseM3Embedder::open(dir)).await
     }
 }
 
