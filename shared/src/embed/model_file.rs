@@ -92,3 +92,25 @@ pub(crate) async fn open_once<'a, T: Send + 'static>(
     })
     .await
 }
+
+/// `embed(texts)` on tokio's blocking pool (an embedded model computes on
+/// the calling thread); no texts, no task.
+///
+/// # Errors
+/// [`EmbedError::Provider`] naming `id` when the blocking task failed.
+pub(crate) async fn embed_blocking(
+    id: &str,
+    texts: &[&str],
+    embed: impl FnOnce(&[&str]) -> Vec<Vec<f32>> + Send + 'static,
+) -> Result<Vec<Vec<f32>>, EmbedError> {
+    if texts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let owned: Vec<String> = texts.iter().map(|t| (*t).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
+        embed(&refs)
+    })
+    .await
+    .map_err(|e| EmbedError::Provider { provider: id.to_owned(), message: format!("embedding task failed: {e}") })
+}

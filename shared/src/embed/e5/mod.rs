@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::model_file::{ModelBytes, invalid, open_once};
+use super::model_file::{ModelBytes, embed_blocking, invalid, open_once};
 use super::{EmbedError, Embedder};
 
 pub mod file;
@@ -158,17 +158,8 @@ impl E5Embedder {
     }
 
     async fn embed_side(&self, texts: &[&str], side: Side) -> Result<Vec<Vec<f32>>, EmbedError> {
-        if texts.is_empty() {
-            return Ok(Vec::new());
-        }
-        let owned: Vec<String> = texts.iter().map(|t| (*t).to_owned()).collect();
         let this = self.clone();
-        tokio::task::spawn_blocking(move || {
-            let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
-            this.embed_blocking(&refs, side)
-        })
-        .await
-        .map_err(|e| EmbedError::Provider { provider: ID.to_owned(), message: format!("embedding task failed: {e}") })
+        embed_blocking(ID, texts, move |texts| this.embed_blocking(texts, side)).await
     }
 }
 
