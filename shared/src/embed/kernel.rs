@@ -133,17 +133,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn matmul_matches_the_naive_product() {
+    fn every_build_of_the_product_matches_the_naive_one() {
         let (rows, k, m) = (7, 13, 35);
         let a: Vec<f32> = (0..rows * k).map(|i| (i % 11) as f32 * 0.25 - 1.0).collect();
         let w: Vec<f32> = (0..k * m).map(|i| (i % 7) as f32 * 0.5 - 1.5).collect();
         let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let mut out = vec![1.0f32; rows * m];
-        matmul_acc(&a, k, rows, Mat { data: bytes.as_chunks::<4>().0, cols: m }, &mut out, m);
-        for r in 0..rows {
-            for j in 0..m {
-                let want: f32 = 1.0 + (0..k).map(|kk| a[r * k + kk] * w[kk * m + j]).sum::<f32>();
-                assert!((out[r * m + j] - want).abs() < 1e-4, "{r},{j}");
+        let mat = Mat { data: bytes.as_chunks::<4>().0, cols: m };
+        // The dispatched product, and each build whatever this CPU has (the
+        // fused one without its target feature is slow, not wrong).
+        let builds: [(&str, fn(&[f32], usize, usize, Mat<'_>, &mut [f32], usize)); 3] =
+            [("dispatched", matmul_acc), ("plain", matmul::<false>), ("fused", matmul::<true>)];
+        for (name, product) in builds {
+            let mut out = vec![1.0f32; rows * m];
+            product(&a, k, rows, mat, &mut out, m);
+            for r in 0..rows {
+                for j in 0..m {
+                    let want: f32 = 1.0 + (0..k).map(|kk| a[r * k + kk] * w[kk * m + j]).sum::<f32>();
+                    assert!((out[r * m + j] - want).abs() < 1e-4, "{name}: {r},{j}");
+                }
             }
         }
     }

@@ -56,6 +56,8 @@ pub struct Layout {
     pub vocab: usize,
     /// Position rows: the most tokens a text can have, markers included.
     pub positions: usize,
+    /// Token-type rows (the encoder uses the first).
+    pub types: usize,
     /// LayerNorm epsilon.
     pub eps: f32,
     /// The begin-of-text id.
@@ -128,14 +130,16 @@ impl Layout {
         if &magic != MAGIC || version != VERSION {
             return Err(FileError::Header { magic, version });
         }
-        let [hidden, layers, heads, ffn, vocab, positions, _type_rows] = [(); 7].map(|()| c.count());
-        let (hidden, layers, heads, ffn, vocab, positions) = (hidden?, layers?, heads?, ffn?, vocab?, positions?);
+        let [hidden, layers, heads, ffn, vocab, positions, types] = [(); 7].map(|()| c.count());
+        let (hidden, layers, heads, ffn, vocab, positions, types) =
+            (hidden?, layers?, heads?, ffn?, vocab?, positions?, types?);
         let eps = f32::from_le_bytes(c.array()?);
         let block = c.count()?;
-        if block != BLOCK || hidden == 0 || heads == 0 || hidden % heads != 0 || hidden % BLOCK != 0 || ffn % BLOCK != 0
-        {
+        let shaped = block == BLOCK && heads > 0 && hidden % heads == 0 && hidden % BLOCK == 0 && ffn % BLOCK == 0;
+        // A text needs its two markers and a piece.
+        if !shaped || hidden == 0 || positions < 3 || types == 0 {
             return Err(FileError::Invalid(format!(
-                "unsupported shape: hidden {hidden}, heads {heads}, ffn {ffn}, block {block}"
+                "unsupported shape: hidden {hidden}, heads {heads}, ffn {ffn}, block {block}, positions {positions}, types {types}"
             )));
         }
         c.part = "vocabulary";
@@ -193,6 +197,7 @@ impl Layout {
             ffn,
             vocab,
             positions,
+            types,
             eps,
             bos: bos as u32,
             eos: eos as u32,
@@ -303,13 +308,19 @@ mod tests {
     fn other_files_and_truncations_are_refused() {
         assert!(matches!(Layout::parse(b"SKALDUM3\x01\0\0\0"), Err(FileError::Header { .. })));
         assert!(matches!(Layout::parse(b"E5S1"), Err(FileError::Truncated("header"))));
-        let mut header = b"E5S1\x01\0\0\0".to_vec();
-        for v in [384i32, 12, 12, 1536, 10, 512, 2] {
-            header.extend(v.to_le_bytes());
-        }
-        header.extend(1e-12f32.to_le_bytes());
-        header.extend(32i32.to_le_bytes());
-        header.extend(5i32.to_le_bytes());
-        assert!(matches!(Layout::parse(&header), Err(FileError::Truncated("vocabulary"))));
+        let header = |positions: i32| {
+            let mut header = b"E5S1\x01\0\0\0".to_vec();
+            for v in [384i32, 12, 12, 1536, 10, positions, 2] {
+                header.extend(v.to_le_bytes());
+            }
+            header.extend(1e-12f32.to_le_bytes());
+            header.extend(32i32.to_le_bytes());
+            header.extend(5i32.to_le_bytes());
+            header
+        };
+        assert!(matches!(Layout::parse(&header(512)), Err(FileError::Truncated("vocabulary"))));
+        // Too few positions for a text's markers: refused, not a panic later.
+        let err = Layout::parse(&header(2)).expect_err("two positions");
+        assert!(err.to_string().contains("positions 2"), "{err}");
     }
 }

@@ -84,7 +84,7 @@ impl Network {
             Ok((vector(&format!("{prefix}.w"), h)?, vector(&format!("{prefix}.b"), h)?))
         };
         let mut positions = vector("emb.pos", l.positions * h)?;
-        positions.extend(vector("emb.type", 2 * h)?.into_iter().take(h));
+        positions.extend(vector("emb.type", l.types * h)?.into_iter().take(h));
         let mut layers = Vec::with_capacity(l.layers);
         for i in 0..l.layers {
             let name = |part: &str| format!("l{i}.{part}");
