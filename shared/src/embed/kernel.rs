@@ -141,7 +141,8 @@ mod tests {
         let mat = Mat { data: bytes.as_chunks::<4>().0, cols: m };
         // The dispatched product, and each build whatever this CPU has (the
         // fused one without its target feature is slow, not wrong).
-        let builds: [(&str, fn(&[f32], usize, usize, Mat<'_>, &mut [f32], usize)); 3] =
+        type Product = fn(&[f32], usize, usize, Mat<'_>, &mut [f32], usize);
+        let builds: [(&str, Product); 3] =
             [("dispatched", matmul_acc), ("plain", matmul::<false>), ("fused", matmul::<true>)];
         for (name, product) in builds {
             let mut out = vec![1.0f32; rows * m];
