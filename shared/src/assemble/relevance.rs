@@ -23,8 +23,9 @@ use crate::index::SearchKind;
 
 /// The default absolute floor of the embedder named `embedder_id`, if it
 /// has one: calibrated for USE-m3 (`use-m3…`) on the evaluation sets'
-/// unanswerable questions (`BENCHMARKS.md`); `None` for any other (a
-/// hashed or remote embedder's scores have another spread).
+/// unanswerable questions (`BENCHMARKS.md`), and kept by `use-m3+e5`, whose
+/// fused scores are on USE-m3's scale (`embed::ensemble`); `None` for any
+/// other (a hashed or remote embedder's scores have another spread).
 #[must_use]
 pub fn default_floor(embedder_id: &str) -> Option<f64> {
     embedder_id.starts_with("use-m3").then_some(USE_M3_FLOOR)

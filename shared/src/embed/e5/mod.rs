@@ -13,9 +13,9 @@
 //! - [`E5Embedder::open`] maps the file, checks it, builds the piece table
 //!   and decodes the layers' weights (85 MB of heap; ~0.1 s).
 //! - [`LazyE5Embedder`] defers that to the first embedding.
-//! - Cost: ~21 M multiply-adds per token on one core, ~15–20 ms for a
-//!   15-token query and ~0.15 s for a 100-token passage; texts are cut at
-//!   [`MAX_TOKENS`].
+//! - Cost: ~21 M multiply-adds per token on the calling core: ~32 ms for
+//!   a 17-token query, ~0.16 s for a 135-token passage, ~0.9 ms a token in
+//!   a batch (AVX2; `BENCHMARKS.md`); texts are cut at [`MAX_TOKENS`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -45,7 +45,7 @@ pub const DEFAULT_MODEL_DIR: &str = ".skald/models/e5";
 /// Tokens per text, markers and the `query: `/`passage: ` prefix
 /// included: the first `MAX_TOKENS − 2` pieces are kept. 256 tokens is
 /// about 1,000 characters of English or 300 of Chinese — a query, an
-/// abstract, a passage — and keeps one text under ~0.4 s.
+/// abstract, a passage — and keeps one text under ~0.3 s.
 pub const MAX_TOKENS: usize = 256;
 /// Tokens per forward batch: texts are packed up to this many tokens so
 /// each weight matrix is streamed once per batch.
