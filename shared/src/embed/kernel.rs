@@ -5,13 +5,35 @@
 //! GFLOP/s on the bench machine) and once with AVX2 and FMA, chosen at run
 //! time when the CPU has them (see `BENCHMARKS.md`).
 
-/// A row-major `f32` matrix read in place from little-endian bytes.
+/// An `f32` matrix read in place from little-endian bytes: row-major, or
+/// packed in panels ([`pack`]).
 #[derive(Clone, Copy)]
 pub(crate) struct Mat<'a> {
-    /// The elements, row after row, each an `f32`'s little-endian bytes.
+    /// The elements, each an `f32`'s little-endian bytes.
     pub(crate) data: &'a [[u8; 4]],
     /// Columns per row.
     pub(crate) cols: usize,
+    /// Panel-major: each [`TILE_COLS`]-column panel's rows lie together
+    /// (`cols` a multiple of [`TILE_COLS`]), so a tile reads its weights
+    /// in one run instead of one cache line per row.
+    pub(crate) packed: bool,
+}
+
+/// The row-major `rows × cols` matrix `w` laid out for [`matmul_acc`]:
+/// packed in panels when `cols` is a multiple of [`TILE_COLS`] (the
+/// returned flag), else as it is.
+pub(crate) fn pack(w: &[[u8; 4]], cols: usize) -> (Vec<[u8; 4]>, bool) {
+    if cols == 0 || !cols.is_multiple_of(TILE_COLS) {
+        return (w.to_vec(), false);
+    }
+    let rows = w.len() / cols;
+    let mut out = Vec::with_capacity(w.len());
+    for j0 in (0..cols).step_by(TILE_COLS) {
+        for r in 0..rows {
+            out.extend_from_slice(&w[r * cols + j0..r * cols + j0 + TILE_COLS]);
+        }
+    }
+    (out, true)
 }
 
 /// Output columns per register tile.
@@ -90,7 +112,7 @@ fn tile<const R: usize, const FMA: bool>(
     out: &mut [f32],
     ldo: usize,
 ) {
-    let m = w.cols;
+    let (base, stride) = if w.packed { (j0 * k, TILE_COLS) } else { (j0, w.cols) };
     let mut acc = [[0f32; TILE_COLS]; R];
     for r in 0..R {
         acc[r].copy_from_slice(&out[(r0 + r) * ldo + j0..(r0 + r) * ldo + j0 + TILE_COLS]);
@@ -100,7 +122,7 @@ fn tile<const R: usize, const FMA: bool>(
     // `while` loops: no iterator calls, which debug builds do not inline.
     let mut kk = 0;
     while kk < k {
-        let wrow = &w.data[kk * m + j0..kk * m + j0 + TILE_COLS];
+        let wrow = &w.data[base + kk * stride..base + kk * stride + TILE_COLS];
         let mut c = 0;
         while c < TILE_COLS {
             wv[c] = f32::from_bits(u32::from_le_bytes(wrow[c]));
@@ -138,7 +160,7 @@ mod tests {
         let a: Vec<f32> = (0..rows * k).map(|i| (i % 11) as f32 * 0.25 - 1.0).collect();
         let w: Vec<f32> = (0..k * m).map(|i| (i % 7) as f32 * 0.5 - 1.5).collect();
         let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let mat = Mat { data: bytes.as_chunks::<4>().0, cols: m };
+        let mat = Mat { data: bytes.as_chunks::<4>().0, cols: m, packed: false };
         // The dispatched product, and each build whatever this CPU has (the
         // fused one without its target feature is slow, not wrong).
         type Product = fn(&[f32], usize, usize, Mat<'_>, &mut [f32], usize);
@@ -147,12 +169,32 @@ mod tests {
         for (name, product) in builds {
             let mut out = vec![1.0f32; rows * m];
             product(&a, k, rows, mat, &mut out, m);
-            for r in 0..rows {
-                for j in 0..m {
-                    let want: f32 = 1.0 + (0..k).map(|kk| a[r * k + kk] * w[kk * m + j]).sum::<f32>();
-                    assert!((out[r * m + j] - want).abs() < 1e-4, "{name}: {r},{j}");
-                }
+            assert_near_product(&out, &a, &w, (rows, k, m), name);
+        }
+    }
+
+    /// `out` is `1 + a · w` for the `(rows, k, m)` shapes.
+    fn assert_near_product(out: &[f32], a: &[f32], w: &[f32], (rows, k, m): (usize, usize, usize), name: &str) {
+        for r in 0..rows {
+            for j in 0..m {
+                let want: f32 = 1.0 + (0..k).map(|kk| a[r * k + kk] * w[kk * m + j]).sum::<f32>();
+                assert!((out[r * m + j] - want).abs() < 1e-4, "{name}: {r},{j}");
             }
         }
+    }
+
+    #[test]
+    fn packed_weights_give_the_same_product() {
+        let (rows, k, m) = (6, 9, 48);
+        let a: Vec<f32> = (0..rows * k).map(|i| (i % 5) as f32 - 2.0).collect();
+        let w: Vec<f32> = (0..k * m).map(|i| (i % 13) as f32 * 0.25 - 1.5).collect();
+        let bytes: Vec<[u8; 4]> = w.iter().map(|v| v.to_le_bytes()).collect();
+        let (packed, is_packed) = pack(&bytes, m);
+        assert!(is_packed && packed != bytes, "48 columns pack into three panels");
+        let mut out = vec![1.0f32; rows * m];
+        matmul_acc(&a, k, rows, Mat { data: &packed, cols: m, packed: true }, &mut out, m);
+        assert_near_product(&out, &a, &w, (rows, k, m), "packed");
+        // Columns that do not fill panels stay row-major.
+        assert_eq!(pack(&bytes[..k * 20], 20), (bytes[..k * 20].to_vec(), false));
     }
 }

@@ -13,9 +13,9 @@
 //! - [`E5Embedder::open`] maps the file, checks it, builds the piece table
 //!   and decodes the layers' weights (85 MB of heap; ~0.1 s).
 //! - [`LazyE5Embedder`] defers that to the first embedding.
-//! - Cost: ~21 M multiply-adds per token on the calling core: ~32 ms for
-//!   a 17-token query, ~0.16 s for a 135-token passage, ~0.9 ms a token in
-//!   a batch (AVX2; `BENCHMARKS.md`); texts are cut at [`MAX_TOKENS`].
+//! - Cost: ~21 M multiply-adds per token on the calling core: ~20 ms for
+//!   a 17-token query, ~0.14 s for a 135-token passage, ~0.75 ms a token
+//!   in a batch (AVX2; `BENCHMARKS.md`); texts are cut at [`MAX_TOKENS`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

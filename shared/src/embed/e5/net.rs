@@ -4,31 +4,52 @@
 //! mean pooling over every token, L2 normalisation.
 //!
 //! The layers' 4-bit matrices are decoded once, at open, into `f32` laid
-//! out for [`crate::embed::kernel::matmul_acc`] (input-major; queries,
-//! keys and values side by side). The word table stays 4-bit in the mapped
-//! file: a token decodes its row. Texts of a batch share one token matrix,
-//! so each weight matrix is streamed once per batch.
+//! out for [`crate::embed::kernel::matmul_acc`] (input-major, packed in
+//! panels; queries, keys and values side by side). The word table stays
+//! 4-bit in the mapped file: a token decodes its row. Texts of a batch
+//! share one token matrix, so each weight matrix is streamed once per
+//! batch.
 
 use std::ops::Range;
 
 use super::file::{FileError, Layout, decode_q4_row};
-use crate::embed::kernel::{Mat, matmul_acc};
+use crate::embed::kernel::{Mat, matmul_acc, pack};
+
+/// A decoded weight matrix, `[inputs, outputs]`, laid out for the kernel.
+#[derive(Debug, Clone)]
+struct Weights {
+    data: Vec<[u8; 4]>,
+    cols: usize,
+    packed: bool,
+}
+
+impl Weights {
+    /// Packs the row-major `data` of `cols` columns.
+    fn new(data: &[[u8; 4]], cols: usize) -> Self {
+        let (data, packed) = pack(data, cols);
+        Self { data, cols, packed }
+    }
+
+    fn mat(&self) -> Mat<'_> {
+        Mat { data: &self.data, cols: self.cols, packed: self.packed }
+    }
+}
 
 /// One encoder layer, decoded.
 #[derive(Debug, Clone)]
 struct Layer {
     /// `[hidden, 3·hidden]`: queries, keys, values.
-    qkv: Vec<[u8; 4]>,
+    qkv: Weights,
     qkv_b: Vec<f32>,
     /// `[hidden, hidden]`: the attention output.
-    out: Vec<[u8; 4]>,
+    out: Weights,
     out_b: Vec<f32>,
     attn_norm: (Vec<f32>, Vec<f32>),
     /// `[hidden, ffn]`.
-    up: Vec<[u8; 4]>,
+    up: Weights,
     up_b: Vec<f32>,
     /// `[ffn, hidden]`.
-    down: Vec<[u8; 4]>,
+    down: Weights,
     down_b: Vec<f32>,
     ffn_norm: (Vec<f32>, Vec<f32>),
 }
@@ -101,14 +122,14 @@ impl Network {
             let mut down = vec![[0u8; 4]; f * h];
             decode_transposed(file, l.q4(&name("fo.w"), h, f)?, h, f, &mut down, h, 0);
             layers.push(Layer {
-                qkv,
+                qkv: Weights::new(&qkv, 3 * h),
                 qkv_b,
-                out,
+                out: Weights::new(&out, h),
                 out_b: vector(&name("ao.b"), h)?,
                 attn_norm: norm(&name("aln"))?,
-                up,
+                up: Weights::new(&up, f),
                 up_b: vector(&name("fi.b"), f)?,
-                down,
+                down: Weights::new(&down, h),
                 down_b: vector(&name("fo.b"), h)?,
                 ffn_norm: norm(&name("oln"))?,
             });
@@ -222,12 +243,12 @@ impl Network {
 }
 
 /// `out = a · w + bias` for `rows` rows of `a` (`k` wide).
-fn project(a: &[f32], k: usize, rows: usize, w: &[[u8; 4]], bias: &[f32], out: &mut Vec<f32>) {
+fn project(a: &[f32], k: usize, rows: usize, w: &Weights, bias: &[f32], out: &mut Vec<f32>) {
     out.clear();
     for _ in 0..rows {
         out.extend_from_slice(bias);
     }
-    matmul_acc(a, k, rows, Mat { data: w, cols: bias.len() }, out, bias.len());
+    matmul_acc(a, k, rows, w.mat(), out, bias.len());
 }
 
 /// `x = LayerNorm(x + y)` row by row.

@@ -157,7 +157,7 @@ impl Network {
     }
 
     fn mat<'a>(file: &'a [u8], r: &Range<usize>, cols: usize) -> Mat<'a> {
-        Mat { data: file[r.clone()].as_chunks::<4>().0, cols }
+        Mat { data: file[r.clone()].as_chunks::<4>().0, cols, packed: false }
     }
 
     /// The unit vectors of a batch of token-id sentences (each non-empty,
