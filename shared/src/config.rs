@@ -291,7 +291,7 @@ pub enum EmbeddingConfig {
     },
     /// USE-m3 beside the embedded multilingual-e5-small (`use-m3+e5`),
     /// fused by script ([`crate::embed::ensemble`]): more of a
-    /// conversation's answers found within one language, at ~10× USE-m3's
+    /// conversation's answers found within one language, at ~15× USE-m3's
     /// embedding cost and a 4.5× larger index (`BENCHMARKS.md`). Both
     /// models come from `scripts/setup-model.sh`; opened on first use.
     #[serde(rename = "use-m3+e5")]

@@ -19,11 +19,17 @@ pub(crate) struct Mat<'a> {
     pub(crate) packed: bool,
 }
 
+/// Whether a matrix of `cols` columns is packed in panels by [`pack`]
+/// (`cols` a multiple of [`TILE_COLS`]).
+pub(crate) fn packs(cols: usize) -> bool {
+    cols > 0 && cols.is_multiple_of(TILE_COLS)
+}
+
 /// The row-major `rows × cols` matrix `w` laid out for [`matmul_acc`]:
-/// packed in panels when `cols` is a multiple of [`TILE_COLS`] (the
-/// returned flag), else as it is.
-pub(crate) fn pack(w: &[[u8; 4]], cols: usize) -> (Vec<[u8; 4]>, bool) {
-    if cols == 0 || !cols.is_multiple_of(TILE_COLS) {
+/// packed in panels when [`packs`]`(cols)` (the returned flag), else as it
+/// is.
+pub(crate) fn pack<T: Copy>(w: &[T], cols: usize) -> (Vec<T>, bool) {
+    if !packs(cols) {
         return (w.to_vec(), false);
     }
     let rows = w.len() / cols;

@@ -23,8 +23,10 @@ use std::io::Write;
 /// The first eight bytes of every model file.
 pub const MAGIC: &[u8; 8] = b"SKALDUM3";
 /// The format version this build reads and writes. Bump it on any change to
-/// the layout or the tensor set (and in `scripts/setup-model.sh`).
-pub const FORMAT_VERSION: u32 = 1;
+/// the layout or the tensor set (and in `scripts/setup-model.sh`). Version
+/// 2 stores the weight matrices packed in 16-column panels
+/// ([`super::pack_matrix`]).
+pub const FORMAT_VERSION: u32 = 2;
 /// Data alignment in the file.
 const ALIGN: usize = 64;
 

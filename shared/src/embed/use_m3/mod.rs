@@ -107,6 +107,15 @@ impl std::fmt::Debug for UseM3Embedder {
     }
 }
 
+/// A row-major `f32` weight matrix of `cols` columns laid out as the model
+/// file stores it: in panels of 16 columns when `cols` is a multiple of 16
+/// (every matrix of USE-m3 is), so the forward pass reads each tile's
+/// weights in one run. `skald model convert` writes matrices through it.
+#[must_use]
+pub fn pack_matrix(data: &[f32], cols: usize) -> Vec<f32> {
+    super::kernel::pack(data, cols).0
+}
+
 /// The model's name in error messages.
 const WHAT: &str = "USE-m3";
 

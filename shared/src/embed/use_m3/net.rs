@@ -7,13 +7,14 @@
 //!
 //! Sentences of a batch are processed as one flat token matrix (each
 //! weight matrix is streamed once per batch); windows never cross a
-//! sentence boundary. Matrix products are plain Rust over weights read in
+//! sentence boundary. The matrices are stored packed in 16-column panels
+//! (`pack_matrix`; the shapes below are the logical ones). Matrix products are plain Rust over weights read in
 //! place from the mapped file.
 
 use std::ops::Range;
 
 use super::format::{Dtype, FormatError, TensorTable};
-use crate::embed::kernel::{Mat, matmul_acc};
+use crate::embed::kernel::{Mat, matmul_acc, packs};
 
 /// Output dimension.
 pub(crate) const DIM: usize = 512;
@@ -157,7 +158,7 @@ impl Network {
     }
 
     fn mat<'a>(file: &'a [u8], r: &Range<usize>, cols: usize) -> Mat<'a> {
-        Mat { data: file[r.clone()].as_chunks::<4>().0, cols, packed: false }
+        Mat { data: file[r.clone()].as_chunks::<4>().0, cols, packed: packs(cols) }
     }
 
     /// The unit vectors of a batch of token-id sentences (each non-empty,
