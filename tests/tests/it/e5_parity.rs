@@ -121,3 +121,62 @@ fn a_truncated_or_foreign_file_is_refused_with_the_fix() {
     let missing = E5Embedder::open("/nonexistent/e5").expect_err("missing").to_string();
     assert!(missing.contains("scripts/setup-model.sh"), "{missing}");
 }
+
+/// `use-m3+e5` built from configuration, as a deployment gets it: a small
+/// tree of English and Chinese memories is found within and across
+/// languages through `find`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_configured_fused_embedder_finds_within_and_across_languages() {
+    use skald::app::{App, build_embedder};
+    use skald::config::{Config, IdentityMode};
+    use skald::store::local::LocalStore;
+    use skald_tests::fixture::TempDir;
+
+    const DOG: &str = "viking://user/default/memories/entities/pets/biscuit.md";
+    const MOVE: &str = "viking://user/default/memories/events/2026/01/02/move.md";
+    let files = [
+        (
+            "user/default/memories/entities/pets/biscuit.md",
+            "Our dog Biscuit is allergic to chicken, so he only eats fish-based food.",
+        ),
+        (
+            "user/default/memories/preferences/default/editor.md",
+            "I write code in Helix with a dark theme and relative line numbers.",
+        ),
+        (
+            "user/default/memories/events/2026/01/02/move.md",
+            "我们搬到了里斯本的阿尔瓦拉德区，房租每月一千三百五十欧元。",
+        ),
+        ("user/default/memories/entities/people/mum.md", "妈妈喜欢园艺，每天早上去公园散步。"),
+    ];
+    let tree = TempDir::new("fused-tree");
+    for (path, text) in files {
+        let file = tree.path().join(path);
+        std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+        std::fs::write(file, text).expect("write");
+    }
+    let store_dir = TempDir::new("fused-store");
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let use_m3_dir = std::env::var_os("SKALD_USE_M3_DIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| repo.join(".skald/models/use-m3"), PathBuf::from);
+    let embedding = serde_json::json!({"embedding": {
+        "provider": "use-m3+e5", "model_dir": use_m3_dir, "e5_model_dir": model_dir()}});
+    let mut config = Config::from_json(&embedding.to_string(), "fused", &repo).expect("config");
+    config.store = store_dir.path().display().to_string();
+    config.identity.mode = IdentityMode::Dev;
+    let embedder = build_embedder(&config.embedding_resolved()).expect("the fused embedder builds");
+    assert!(embedder.id().starts_with("use-m3-v3/512+multilingual-e5-small"), "{}", embedder.id());
+    let store: skald::store::SharedStore = std::sync::Arc::new(LocalStore::open(store_dir.path()).expect("store"));
+    let app = std::sync::Arc::new(App::with_parts(config, store, embedder));
+    skald_tests::fixture::ingest_tree(&app, tree.path()).await;
+    for (query, want) in [
+        ("what is my dog allergic to?", DOG),
+        ("我的狗对什么过敏？", DOG),
+        ("which neighbourhood did we move to and what is the rent?", MOVE),
+    ] {
+        let (status, reply) = skald_tests::fixture::find(&app, &serde_json::json!({"query": query, "limit": 2})).await;
+        assert_eq!(status, 200, "{reply}");
+        assert_eq!(reply["result"]["memories"][0]["uri"], want, "{query}: {reply:#}");
+    }
+}

@@ -33,3 +33,27 @@ fn the_template_translates_with_the_routes_and_roles_each_deployment_needs() {
         _ => panic!("{script} failed:\n{stdout}\n{stderr}"),
     }
 }
+
+/// The template's `Embedder` parameter reaches every function
+/// (`SKALD_EMBEDDER`), so every binary built with USE-m3 must have e5 too:
+/// one without it would fail its init under `use-m3+e5`.
+#[test]
+fn every_binary_with_use_m3_has_e5_for_the_fused_embedder() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut manifests: Vec<std::path::PathBuf> = std::fs::read_dir(repo.join("functions"))
+        .expect("functions/")
+        .filter_map(|e| e.ok().map(|e| e.path().join("Cargo.toml")))
+        .filter(|p| p.exists())
+        .collect();
+    manifests.extend([repo.join("mcp/Cargo.toml"), repo.join("cli/Cargo.toml")]);
+    let mut missing = Vec::new();
+    for manifest in &manifests {
+        let text = std::fs::read_to_string(manifest).expect("manifest");
+        let skald = text.lines().find(|l| l.starts_with("skald = ")).unwrap_or_default();
+        if skald.contains("\"use-m3\"") && !skald.contains("\"e5\"") {
+            missing.push(manifest.display().to_string());
+        }
+    }
+    assert!(manifests.len() >= 10, "found {} manifests", manifests.len());
+    assert!(missing.is_empty(), "built with use-m3 but not e5: {missing:?}");
+}
