@@ -1,4 +1,4 @@
-//! The dense kernel the embedded embedders share: a matrix product over
+//! The dense kernels the embedded embedders share: LayerNorm, and a matrix product over
 //! weights read in place as little-endian `f32` bytes (a mapped model file,
 //! or weights decoded into the same layout), in plain Rust that the
 //! optimiser vectorises: compiled once for plain x86-64 (SSE2, ~27
@@ -156,6 +156,24 @@ fn tile<const R: usize, const FMA: bool>(
     }
 }
 
+/// LayerNorm over each `width`-wide row of `x` in place, statistics
+/// accumulated in `f64`.
+pub(crate) fn layer_norm(x: &mut [f32], width: usize, gain: &[f32], bias: &[f32], eps: f32) {
+    for row in x.chunks_exact_mut(width) {
+        let mean = row.iter().map(|&v| f64::from(v)).sum::<f64>() / width as f64;
+        let mean = mean as f32;
+        let mut var = 0f64;
+        for v in row.iter_mut() {
+            *v -= mean;
+            var += f64::from(*v) * f64::from(*v);
+        }
+        let inv = 1.0 / ((var / width as f64) as f32 + eps).sqrt();
+        for ((v, &g), &b) in row.iter_mut().zip(gain).zip(bias) {
+            *v = *v * inv * g + b;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,5 +220,15 @@ mod tests {
         assert_near_product(&out, &a, &w, (rows, k, m), "packed");
         // Columns that do not fill panels stay row-major.
         assert_eq!(pack(&bytes[..k * 20], 20), (bytes[..k * 20].to_vec(), false));
+    }
+
+    #[test]
+    fn layer_norm_centres_and_scales_each_row() {
+        let mut x = vec![1.0, 2.0, 3.0];
+        layer_norm(&mut x, 3, &[2.0; 3], &[0.5; 3], 0.0);
+        let s = (2.0f32 / 3.0).sqrt();
+        for (got, want) in x.iter().zip([0.5 - 2.0 / s, 0.5, 0.5 + 2.0 / s]) {
+            assert!((got - want).abs() < 1e-5, "{got} vs {want}");
+        }
     }
 }

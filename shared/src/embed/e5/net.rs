@@ -13,7 +13,7 @@
 use std::ops::Range;
 
 use super::file::{FileError, Layout, decode_q4_row};
-use crate::embed::kernel::{Mat, matmul_acc, pack};
+use crate::embed::kernel::{Mat, layer_norm, matmul_acc, pack};
 
 /// A decoded weight matrix, `[inputs, outputs]`, laid out for the kernel.
 #[derive(Debug, Clone)]
@@ -64,8 +64,10 @@ pub(crate) struct Network {
     /// The 4-bit word table's range in the file, `vocab` rows.
     words: Range<usize>,
     vocab: usize,
-    /// Position rows plus the (only) type row, `f32`.
+    /// Position rows, `f32`.
     positions: Vec<f32>,
+    /// The type row every token adds (texts have one segment).
+    type_row: Vec<f32>,
     embed_norm: (Vec<f32>, Vec<f32>),
     layers: Vec<Layer>,
 }
@@ -104,8 +106,8 @@ impl Network {
         let norm = |prefix: &str| -> Result<(Vec<f32>, Vec<f32>), FileError> {
             Ok((vector(&format!("{prefix}.w"), h)?, vector(&format!("{prefix}.b"), h)?))
         };
-        let mut positions = vector("emb.pos", l.positions * h)?;
-        positions.extend(vector("emb.type", l.types * h)?.into_iter().take(h));
+        let positions = vector("emb.pos", l.positions * h)?;
+        let type_row = vector("emb.type", l.types * h)?.into_iter().take(h).collect();
         let mut layers = Vec::with_capacity(l.layers);
         for i in 0..l.layers {
             let name = |part: &str| format!("l{i}.{part}");
@@ -142,6 +144,7 @@ impl Network {
             words: l.q4("emb.word", l.vocab, h)?,
             vocab: l.vocab,
             positions,
+            type_row,
             embed_norm: norm("emb.ln")?,
             layers,
         })
@@ -167,7 +170,6 @@ impl Network {
             .collect();
         let n = spans.last().map_or(0, |s| s.end);
         let row_bytes = self.words.len() / self.vocab.max(1);
-        let type_row = &self.positions[self.positions.len() - h..];
         let mut x = vec![0f32; n * h];
         for (t, (pos, &id)) in texts.iter().flat_map(|t| t.iter().enumerate()).enumerate() {
             let id = if (id as usize) < self.vocab { id as usize } else { 0 };
@@ -175,19 +177,19 @@ impl Network {
             let start = self.words.start + id * row_bytes;
             decode_q4_row(&file[start..start + row_bytes], row);
             let p = &self.positions[pos * h..(pos + 1) * h];
-            for ((v, &p), &ty) in row.iter_mut().zip(p).zip(type_row) {
+            for ((v, &p), &ty) in row.iter_mut().zip(p).zip(&self.type_row) {
                 *v += p + ty;
             }
         }
-        layer_norm(&mut x, h, &self.embed_norm, self.eps);
+        layer_norm(&mut x, h, &self.embed_norm.0, &self.embed_norm.1, self.eps);
         let mut qkv = Vec::new();
         let mut context = vec![0f32; n * h];
         let mut mid = Vec::new();
         let mut scores = Vec::new();
+        let mut y = Vec::new();
         for layer in &self.layers {
             project(&x, h, n, &layer.qkv, &layer.qkv_b, &mut qkv);
             self.attend(&qkv, &spans, &mut context, &mut scores);
-            let mut y = Vec::new();
             project(&context, h, n, &layer.out, &layer.out_b, &mut y);
             add_norm(&mut x, &y, h, &layer.attn_norm, self.eps);
             project(&x, h, n, &layer.up, &layer.up_b, &mut mid);
@@ -254,19 +256,7 @@ fn project(a: &[f32], k: usize, rows: usize, w: &Weights, bias: &[f32], out: &mu
 /// `x = LayerNorm(x + y)` row by row.
 fn add_norm(x: &mut [f32], y: &[f32], width: usize, norm: &(Vec<f32>, Vec<f32>), eps: f32) {
     x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
-    layer_norm(x, width, norm, eps);
-}
-
-/// LayerNorm over each `width`-wide row.
-fn layer_norm(x: &mut [f32], width: usize, (gain, bias): &(Vec<f32>, Vec<f32>), eps: f32) {
-    for row in x.chunks_exact_mut(width) {
-        let mean = row.iter().sum::<f32>() / width as f32;
-        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / width as f32;
-        let inv = 1.0 / (var + eps).sqrt();
-        for ((v, &g), &b) in row.iter_mut().zip(gain).zip(bias) {
-            *v = (*v - mean) * inv * g + b;
-        }
-    }
+    layer_norm(x, width, &norm.0, &norm.1, eps);
 }
 
 /// GELU, `x·Φ(x)`, with `erf` by Abramowitz and Stegun 7.1.26 (absolute
@@ -295,15 +285,5 @@ mod tests {
         }
         assert!((gelu(1.0) - 0.841_344_7).abs() < 1e-6);
         assert!((gelu(-1.0) + 0.158_655_3).abs() < 1e-6);
-    }
-
-    #[test]
-    fn layer_norm_centres_and_scales_each_row() {
-        let mut x = vec![1.0, 2.0, 3.0];
-        layer_norm(&mut x, 3, &(vec![2.0; 3], vec![0.5; 3]), 0.0);
-        let s = (2.0f32 / 3.0).sqrt();
-        for (got, want) in x.iter().zip([0.5 - 2.0 / s, 0.5, 0.5 + 2.0 / s]) {
-            assert!((got - want).abs() < 1e-5, "{got} vs {want}");
-        }
     }
 }

@@ -14,7 +14,7 @@
 use std::ops::Range;
 
 use super::format::{Dtype, FormatError, TensorTable};
-use crate::embed::kernel::{Mat, matmul_acc, packs};
+use crate::embed::kernel::{Mat, layer_norm, matmul_acc, packs};
 
 /// Output dimension.
 pub(crate) const DIM: usize = 512;
@@ -276,23 +276,6 @@ fn broadcast(bias: &[f32], rows: usize) -> Vec<f32> {
 
 fn relu(v: &mut [f32]) {
     v.iter_mut().for_each(|x| *x = x.max(0.0));
-}
-
-/// LayerNorm over each `width`-wide row, statistics accumulated in `f64`.
-fn layer_norm(x: &mut [f32], width: usize, gain: &[f32], bias: &[f32], eps: f32) {
-    for row in x.chunks_exact_mut(width) {
-        let mean = row.iter().map(|&v| f64::from(v)).sum::<f64>() / width as f64;
-        let mean = mean as f32;
-        let mut var = 0f64;
-        for v in row.iter_mut() {
-            *v -= mean;
-            var += f64::from(*v) * f64::from(*v);
-        }
-        let inv = 1.0 / ((var / width as f64) as f32 + eps).sqrt();
-        for ((v, &g), &b) in row.iter_mut().zip(gain).zip(bias) {
-            *v = *v * inv * g + b;
-        }
-    }
 }
 
 /// Builds the n-gram windows of the `CNN`-wide column block at `col` of
