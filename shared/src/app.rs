@@ -52,6 +52,10 @@ pub struct App {
     /// The chat models of the LLM stages, built on first use.
     #[cfg(feature = "llm")]
     pub models: crate::llm::Models,
+    /// The reranker (`rerank`), when one is configured; it connects on its
+    /// first call.
+    #[cfg(feature = "llm")]
+    pub reranker: Option<crate::llm::rerank::Reranker>,
 }
 
 impl App {
@@ -95,6 +99,8 @@ impl App {
         #[cfg(feature = "llm")]
         let models = crate::llm::Models::new(config.llm.clone(), config.query_planner.clone())
             .with_extraction(config.extraction.clone());
+        #[cfg(feature = "llm")]
+        let reranker = config.rerank.as_ref().map(crate::llm::rerank::Reranker::from_config);
         Self {
             config,
             store,
@@ -105,6 +111,8 @@ impl App {
             vectors,
             #[cfg(feature = "llm")]
             models,
+            #[cfg(feature = "llm")]
+            reranker,
         }
     }
 

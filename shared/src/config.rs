@@ -62,6 +62,13 @@ pub struct Config {
     /// A dedicated model for memory extraction (falls back to `llm`; with
     /// neither, commits keep episodes only).
     pub extraction: Option<ModelConfig>,
+    /// A reranker (none by default): context mode then orders its
+    /// candidates by this model's scores and leaves out those at or below
+    /// `retrieval.rerank_threshold`. Provider `openai` only: a service's
+    /// `POST {base_url}/rerank` in Cohere's shape ([`crate::llm::rerank`]);
+    /// its key as a chat model's (`api_key_env`, `api_key_secret`). Set by
+    /// `SKALD_RERANK_*` ([`ModelConfig::from_env_prefix`]).
+    pub rerank: Option<ModelConfig>,
     /// Retrieval stage settings: LLM stage caps and the deadline.
     pub retrieval: RetrievalConfig,
     /// The MCP endpoint's settings.
@@ -86,6 +93,7 @@ impl Default for Config {
             llm: None,
             query_planner: None,
             extraction: None,
+            rerank: None,
             retrieval: RetrievalConfig::default(),
             mcp: McpConfig::default(),
             memory: MemoryConfig::default(),
@@ -541,6 +549,14 @@ impl ModelConfig {
         }
     }
 
+    /// Why this cannot be a reranker (`rerank`), if it cannot: only an
+    /// `openai` service has a `/rerank` API here.
+    #[must_use]
+    pub fn rerank_problem(&self) -> Option<String> {
+        matches!(self, Self::Bedrock { .. })
+            .then(|| "rerank.provider must be openai (a service with POST /rerank), not bedrock".to_owned())
+    }
+
     /// The model an environment prefix describes (`{prefix}_MODEL`, with
     /// `{prefix}_PROVIDER` = `openai` (default) or `bedrock`; for OpenAI
     /// `{prefix}_BASE_URL` (default `https://api.openai.com/v1`) and the key
@@ -612,12 +628,25 @@ pub struct RetrievalConfig {
     /// `[0, 1]`; 0 turns it off. Default: the embedder's own (0.60 for
     /// USE-m3, none for others).
     pub relevance_floor: Option<f64>,
+    /// With a reranker (`rerank`): a candidate it scores at or below this
+    /// is not injected (OpenViking's `score > threshold`), and the
+    /// embedder's bars give way to it. On the reranker's own scale (a
+    /// probability for most; llama.cpp sends logits). Default 0.1.
+    pub rerank_threshold: f64,
+    /// The reranker's cap in seconds, within the request's deadline less
+    /// `stage_reserve_ms`; when it fails or runs out, the block keeps the
+    /// search's order and bars, and `stats.rerank` says why. Default 5.
+    pub rerank_timeout_s: f64,
 }
 
 /// `retrieval.relevance_gap`'s default: a candidate more than this below
 /// the best one's rank score is not injected. Calibrated on the
 /// conversational evaluation and the retrieval set (`BENCHMARKS.md`).
 pub const DEFAULT_RELEVANCE_GAP: f64 = 0.15;
+
+/// `retrieval.rerank_threshold`'s default, OpenViking's: a reranked
+/// candidate must score above it.
+pub const DEFAULT_RERANK_THRESHOLD: f64 = 0.1;
 
 /// One configured purpose preset (`retrieval.purpose_profiles.<name>`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -679,6 +708,8 @@ impl Default for RetrievalConfig {
             purpose_profiles: BTreeMap::new(),
             relevance_gap: DEFAULT_RELEVANCE_GAP,
             relevance_floor: None,
+            rerank_threshold: DEFAULT_RERANK_THRESHOLD,
+            rerank_timeout_s: 5.0,
         }
     }
 }
@@ -705,6 +736,7 @@ impl Config {
             ("retrieval.recall_intent_timeout_s", r.recall_intent_timeout_s),
             ("retrieval.recall_rewrite_timeout_s", r.recall_rewrite_timeout_s),
             ("retrieval.gateway_timeout_s", r.gateway_timeout_s),
+            ("retrieval.rerank_timeout_s", r.rerank_timeout_s),
         ] {
             if !(value.is_finite() && value > 0.0) {
                 return Err(ConfigError::Invalid {
@@ -724,6 +756,15 @@ impl Config {
                     message: format!("{key} must be a number from 0 to 1, not {value}"),
                 });
             }
+        }
+        if !r.rerank_threshold.is_finite() {
+            return Err(ConfigError::Invalid {
+                path: origin.to_owned(),
+                message: format!("retrieval.rerank_threshold must be a number, not {}", r.rerank_threshold),
+            });
+        }
+        if let Some(message) = config.rerank.as_ref().and_then(ModelConfig::rerank_problem) {
+            return Err(ConfigError::Invalid { path: origin.to_owned(), message });
         }
         for (name, profile) in &config.retrieval.purpose_profiles {
             profile.validate(name).map_err(|message| ConfigError::Invalid { path: origin.to_owned(), message })?;
@@ -809,6 +850,12 @@ impl Config {
         }
         if let Some(model) = ModelConfig::from_env_prefix("SKALD_EXTRACTION")? {
             config.extraction = Some(model);
+        }
+        if let Some(model) = ModelConfig::from_env_prefix("SKALD_RERANK")? {
+            if let Some(message) = model.rerank_problem() {
+                return Err(ConfigError::Invalid { path: "environment".into(), message });
+            }
+            config.rerank = Some(model);
         }
         if let Ok(mode) = std::env::var("SKALD_IDENTITY_MODE")
             && !mode.is_empty()

@@ -1,11 +1,12 @@
-//! The chat models' API keys from AWS Secrets Manager (feature `secrets`),
-//! read once at init by [`crate::app::App::new`] and handed to the model
+//! The models' API keys (the chat models' and the reranker's) from AWS
+//! Secrets Manager (feature `secrets`), read once at init by [`crate::app::App::new`] and handed to the model
 //! settings in memory (`api_key` of [`ModelConfig::Openai`]): a deployed
 //! function never holds a key in its environment.
 //!
 //! Cost: nothing unless a configured OpenAI-compatible model names a
 //! secret (`api_key_secret`, set by `SKALD_LLM_API_KEY_SECRET` /
-//! `SKALD_QUERY_PLANNER_API_KEY_SECRET`); then one AWS configuration load
+//! `SKALD_QUERY_PLANNER_API_KEY_SECRET`, `SKALD_EXTRACTION_…`,
+//! `SKALD_RERANK_…`); then one AWS configuration load
 //! and one `GetSecretValue` call per distinct secret, at init. A secret
 //! that cannot be read fails init ([`SecretError`]), so a function never
 //! starts with a model it cannot call.
@@ -45,7 +46,7 @@ pub struct SecretError {
 /// (without it, [`resolve_model_keys`] builds no client and makes no call).
 #[must_use]
 pub fn pending(config: &Config) -> bool {
-    [&config.llm, &config.query_planner, &config.extraction]
+    [&config.llm, &config.query_planner, &config.extraction, &config.rerank]
         .into_iter()
         .any(|model| matches!(model, Some(ModelConfig::Openai { api_key_secret: Some(_), api_key: None, .. })))
 }
@@ -77,6 +78,7 @@ pub async fn resolve_model_keys_with(config: &mut Config, client: &Client) -> Re
         (&mut config.llm, "SKALD_LLM", "llm"),
         (&mut config.query_planner, "SKALD_QUERY_PLANNER", "query_planner"),
         (&mut config.extraction, "SKALD_EXTRACTION", "extraction"),
+        (&mut config.rerank, "SKALD_RERANK", "rerank"),
     ] {
         let Some(ModelConfig::Openai { api_key_secret: Some(secret_id), api_key, .. }) = model else { continue };
         if api_key.is_some() {

@@ -6,6 +6,11 @@
 //!   point the client at [`ModelServer::base_url`].
 //! - Bedrock: `POST /model/{modelId}/converse` (the id percent-encoded);
 //!   point the client's endpoint override at [`ModelServer::endpoint`].
+//! - A reranker: `POST /v1/rerank` (or `POST /rerank`) in Cohere's shape;
+//!   [`ModelServer::openai_model`] configures one. [`Reply::Echo`] scores
+//!   each document by the share of the query's words it holds
+//!   ([`overlap`]); [`Reply::Compute`] runs the script on
+//!   `"{query}\n{document}"` per document and reads a number from it.
 //!
 //! Each request is answered by the first rule ([`ModelServer::on`]) whose
 //! needle occurs in the raw request body, or else by the default reply
@@ -315,11 +320,15 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 enum Api {
     OpenAi,
     Bedrock,
+    Rerank,
 }
 
 fn route(path: &str) -> Option<Api> {
     if path == "/v1/chat/completions" || path == "/chat/completions" {
         return Some(Api::OpenAi);
+    }
+    if path == "/v1/rerank" || path == "/rerank" {
+        return Some(Api::Rerank);
     }
     let id = path.strip_prefix("/model/")?.strip_suffix("/converse")?;
     (!id.is_empty() && !id.contains('/')).then_some(Api::Bedrock)
@@ -377,6 +386,7 @@ async fn answer(mut reply: Reply, api: &Api, body: &Value, id: u64) -> Response<
                 reply = *next;
             }
             Reply::Hang => std::future::pending::<()>().await,
+            Reply::Echo | Reply::Compute(_) if matches!(api, Api::Rerank) => return reranked(&reply, body),
             Reply::Text(text) => return success(api, body, id, &text, true),
             Reply::TextNoUsage(text) => return success(api, body, id, &text, false),
             Reply::Echo => return success(api, body, id, &echo(body), true),
@@ -393,6 +403,8 @@ async fn answer(mut reply: Reply, api: &Api, body: &Value, id: u64) -> Response<
 fn success(api: &Api, body: &Value, id: u64, text: &str, usage: bool) -> Response<Full<Bytes>> {
     let (prompt, completion) = if usage { (USAGE_PROMPT, USAGE_COMPLETION) } else { (0, 0) };
     let value = match api {
+        // A reranker's text reply is its whole answer.
+        Api::Rerank => return response(StatusCode::OK, text.to_owned()),
         Api::OpenAi => {
             let mut value = json!({
                 "id": format!("chatcmpl-stub-{id}"),
@@ -420,7 +432,7 @@ fn failure(api: &Api, code: u16) -> Response<Full<Bytes>> {
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let message = format!("stub error {code}");
     match api {
-        Api::OpenAi => {
+        Api::OpenAi | Api::Rerank => {
             let mut response =
                 json_response(status, &json!({"error": {"message": message, "type": "server_error", "code": code}}));
             if code == 429 {
@@ -439,6 +451,58 @@ fn failure(api: &Api, code: u16) -> Response<Full<Bytes>> {
             response
         }
     }
+}
+
+/// A rerank answer to `body` (`query`, `documents`): every document scored
+/// by [`overlap`] ([`Reply::Echo`]) or by the script ([`Reply::Compute`]),
+/// best first, as servers sort them.
+fn reranked(reply: &Reply, body: &Value) -> Response<Full<Bytes>> {
+    let query = body.get("query").and_then(Value::as_str).unwrap_or_default();
+    let documents: Vec<&str> =
+        body.get("documents").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+    let mut results: Vec<(usize, f64)> = documents
+        .iter()
+        .enumerate()
+        .map(|(index, document)| {
+            let score = match reply {
+                Reply::Compute(script) => (script.0)(&format!("{query}\n{document}")).trim().parse().unwrap_or(0.0),
+                _ => overlap(query, document),
+            };
+            (index, score)
+        })
+        .collect();
+    results.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let results: Vec<Value> =
+        results.into_iter().map(|(index, score)| json!({"index": index, "relevance_score": score})).collect();
+    json_response(StatusCode::OK, &json!({"id": "rerank-stub", "results": results}))
+}
+
+/// The share of `query`'s words (lowercase; runs of letters or digits of
+/// three or more, and every CJK character) that `document` holds, in
+/// `[0, 1]`: a deterministic stand-in for a reranker's relevance.
+#[must_use]
+pub fn overlap(query: &str, document: &str) -> f64 {
+    fn words(text: &str) -> Vec<String> {
+        let lower = text.to_lowercase();
+        let mut out: Vec<String> = lower
+            .split(|c: char| !c.is_alphanumeric() || is_cjk(c))
+            .filter(|w| w.chars().count() >= 3)
+            .map(str::to_owned)
+            .collect();
+        out.extend(lower.chars().filter(|c| is_cjk(*c)).map(String::from));
+        out.sort();
+        out.dedup();
+        out
+    }
+    fn is_cjk(c: char) -> bool {
+        matches!(c, '\u{3040}'..='\u{30ff}' | '\u{3400}'..='\u{9fff}' | '\u{ac00}'..='\u{d7af}')
+    }
+    let asked = words(query);
+    if asked.is_empty() {
+        return 0.0;
+    }
+    let held = words(document);
+    asked.iter().filter(|w| held.binary_search(w).is_ok()).count() as f64 / asked.len() as f64
 }
 
 fn json_response(status: StatusCode, value: &Value) -> Response<Full<Bytes>> {

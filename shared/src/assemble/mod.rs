@@ -24,6 +24,7 @@ pub mod plan;
 pub mod read;
 pub mod relevance;
 pub mod render;
+pub mod rerank;
 
 use candidate::Candidate;
 use params::{AssembleParams, Detail, PeerScope, Quotas, Tier};
@@ -179,6 +180,9 @@ pub struct AssemblyStats {
     pub candidates: usize,
     /// What the relevance cut left out, and why a block is empty.
     pub relevance: relevance::CutStats,
+    /// What the reranker did (only when one is configured).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rerank: Option<rerank::RerankStats>,
     /// Hits left out by `exclude_uris` or the ledger.
     pub excluded: usize,
     /// Candidates per origin.
@@ -324,9 +328,17 @@ async fn assemble_with(
         let vectors = crate::retrieval::vectors_for(app, index, &texts, vectors?).await?;
         gather::gather(index, identity, params, &vectors, exclusion).await?
     };
+    let retrieval = &app.config.retrieval;
+    let reranked = match (&app.reranker, params.queries.first()) {
+        (Some(reranker), Some(query)) => Some(
+            rerank::rerank(reranker, query, &mut gathered.candidates, params.rerank_within, retrieval.rerank_threshold)
+                .await,
+        ),
+        _ => None,
+    };
     // Quotas ask for breadth across buckets: the gap, relative to the best
     // of all, does not thin them; the floor's gate still applies.
-    let gap = app.config.retrieval.relevance_gap;
+    let gap = retrieval.relevance_gap;
     let cut = relevance::RelevanceCut::for_kind(
         params.search_kind,
         (gap < 1.0 && params.quotas.is_none()).then_some(gap),
@@ -336,6 +348,10 @@ async fn assemble_with(
             .or_else(|| relevance::default_floor(app.embedder.id()))
             .filter(|floor| *floor > 0.0),
     );
+    let cut = match &reranked {
+        Some(stats) if stats.applied() => relevance::RelevanceCut::reranked(retrieval.rerank_threshold),
+        _ => cut,
+    };
     let (candidates, cut_stats) = relevance::apply(std::mem::take(&mut gathered.candidates), &cut);
     let candidates = &candidates;
     let planned = plan::plan(
@@ -365,6 +381,7 @@ async fn assemble_with(
         searched: gathered.searched.clone(),
         candidates: candidates.len(),
         relevance: cut_stats,
+        rerank: reranked,
         excluded: gathered.excluded,
         origins: gather::origins_of(candidates),
         peer_scope: params.peer_scope,

@@ -263,6 +263,11 @@ pub struct AssembleParams {
     /// committed query set it serves more relevant memories with text than
     /// semantic search at every budget, across languages too.
     pub search_kind: crate::index::SearchKind,
+    /// The time the reranker may take, when one is configured (`rerank`):
+    /// context mode sets it from the request's deadline. `None` skips the
+    /// stage (`stats.rerank.status` `skipped` when a reranker is
+    /// configured). Default `None`.
+    pub rerank_within: Option<std::time::Duration>,
 }
 
 impl Default for AssembleParams {
@@ -284,6 +289,7 @@ impl Default for AssembleParams {
             penalties: default_penalties(),
             render: true,
             search_kind: crate::index::SearchKind::Hybrid,
+            rerank_within: None,
         }
     }
 }

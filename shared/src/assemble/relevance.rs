@@ -14,6 +14,9 @@
 //!   embedded USE-m3 model ([`default_floor`]); other embedders have none
 //!   unless configured.
 //!
+//! With a reranker ([`crate::llm::rerank`]) both give way to a third bar on
+//! its scores, per candidate ([`RelevanceCut::each`]): its threshold.
+//!
 //! `stats.relevance` says what was cut and, for an empty block, why.
 
 use serde::Serialize;
@@ -43,6 +46,9 @@ pub struct RelevanceCut {
     /// Cut every candidate when the best one scores below this (`None`:
     /// no absolute bar).
     pub floor: Option<f64>,
+    /// Cut each candidate scoring at or below this (a reranker's
+    /// threshold, on its scores; `None`: no such bar).
+    pub each: Option<f64>,
 }
 
 impl RelevanceCut {
@@ -52,8 +58,14 @@ impl RelevanceCut {
     pub fn for_kind(kind: SearchKind, gap: Option<f64>, floor: Option<f64>) -> Self {
         match kind {
             SearchKind::Keywords => Self::default(),
-            SearchKind::Semantic | SearchKind::Hybrid => Self { gap, floor },
+            SearchKind::Semantic | SearchKind::Hybrid => Self { gap, floor, each: None },
         }
+    }
+
+    /// The cut of reranked candidates: the reranker's `threshold` on each.
+    #[must_use]
+    pub fn reranked(threshold: f64) -> Self {
+        Self { gap: None, floor: None, each: Some(threshold) }
     }
 }
 
@@ -64,6 +76,9 @@ pub struct CutStats {
     pub gap: Option<f64>,
     /// The absolute bar applied (`null`: none).
     pub floor: Option<f64>,
+    /// The reranker's threshold applied to each candidate (only then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<f64>,
     /// The best candidate's score before the cut (`null`: no candidates).
     pub best: Option<f64>,
     /// Candidates cut.
@@ -85,16 +100,24 @@ pub fn apply(candidates: Vec<Candidate>, cut: &RelevanceCut) -> (Vec<Candidate>,
     let kept: Vec<Candidate> = if gated {
         Vec::new()
     } else {
-        candidates.into_iter().filter(|c| cut.gap.is_none_or(|gap| c.rank_score >= best_rank - gap)).collect()
+        candidates
+            .into_iter()
+            .filter(|c| cut.gap.is_none_or(|gap| c.rank_score >= best_rank - gap))
+            .filter(|c| cut.each.is_none_or(|threshold| c.score > threshold))
+            .collect()
     };
-    let empty = match (kept.is_empty(), best, cut.floor) {
-        (true, Some(best), Some(floor)) => Some(format!(
+    let empty = match (kept.is_empty(), best, cut.floor, cut.each) {
+        (true, Some(best), Some(floor), _) => Some(format!(
             "nothing relevant: the best match scored {best:.2}, below the relevance floor {floor:.2}; find lists \
              every match"
         )),
+        (true, Some(best), None, Some(threshold)) => Some(format!(
+            "nothing relevant: the reranker scored the best match {best:.2}, not above its threshold \
+             {threshold:.2}; find lists every match"
+        )),
         _ => None,
     };
-    let stats = CutStats { gap: cut.gap, floor: cut.floor, best, cut: before - kept.len(), empty };
+    let stats = CutStats { gap: cut.gap, floor: cut.floor, threshold: cut.each, best, cut: before - kept.len(), empty };
     (kept, stats)
 }
 
@@ -130,7 +153,7 @@ mod tests {
 
     #[test]
     fn the_cut_keeps_what_is_close_to_a_best_above_the_floor() {
-        let cut = RelevanceCut { gap: Some(0.1), floor: Some(0.62) };
+        let cut = RelevanceCut { gap: Some(0.1), floor: Some(0.62), each: None };
         // (name, score, rank score); the other peer's hit is ranked lower.
         // (what, candidates as (name, score, rank score), kept, cut)
         type Case = (&'static str, Vec<(&'static str, f64, f64)>, Vec<&'static str>, usize);
@@ -177,15 +200,31 @@ mod tests {
 
     #[test]
     fn an_empty_block_says_why_and_no_bars_cut_nothing() {
-        let (out, stats) = apply(vec![cand("a", 0.58, 0.58)], &RelevanceCut { gap: None, floor: Some(0.62) });
+        let (out, stats) =
+            apply(vec![cand("a", 0.58, 0.58)], &RelevanceCut { gap: None, floor: Some(0.62), each: None });
         assert!(out.is_empty());
         let why = stats.empty.expect("a reason");
         assert!(why.contains("0.58") && why.contains("0.62"), "{why}");
         let cs = vec![cand("a", 0.9, 0.9), cand("b", 0.2, 0.2)];
         let (out, stats) = apply(cs, &RelevanceCut::default());
         assert_eq!((out.len(), stats.cut, stats.empty), (2, 0, None));
-        let (out, stats) = apply(Vec::new(), &RelevanceCut { gap: Some(0.1), floor: Some(0.62) });
+        let (out, stats) = apply(Vec::new(), &RelevanceCut { gap: Some(0.1), floor: Some(0.62), each: None });
         assert_eq!((out.len(), stats.best, stats.empty), (0, None, None), "no candidates: nothing to explain");
+    }
+
+    #[test]
+    fn a_reranker_cuts_each_candidate_at_its_threshold_and_nothing_else() {
+        let cut = RelevanceCut::reranked(0.1);
+        // A wide spread the embedder's gap would thin: the reranker's bar
+        // alone decides, strictly above it.
+        let cs = vec![cand("a", 0.98, 0.98), cand("b", 0.40, 0.40), cand("c", 0.1, 0.1), cand("d", 0.02, 0.02)];
+        let (out, stats) = apply(cs, &cut);
+        assert_eq!(names(&out), ["a", "b"]);
+        assert_eq!((stats.cut, stats.threshold, stats.gap, stats.floor), (2, Some(0.1), None, None));
+        let (out, stats) = apply(vec![cand("a", 0.05, 0.05)], &cut);
+        assert!(out.is_empty());
+        let why = stats.empty.expect("a reason");
+        assert!(why.contains("reranker") && why.contains("0.05") && why.contains("0.10"), "{why}");
     }
 
     #[test]

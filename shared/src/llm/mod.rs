@@ -1,5 +1,6 @@
 //! Chat models for the two optional LLM stages: query
-//! expansion ([`expansion`]) and the digest rewrite ([`rewrite`]).
+//! expansion ([`expansion`]) and the digest rewrite ([`rewrite`]); and the
+//! optional reranker ([`rerank`]), a scoring model rather than a chat one.
 //!
 //! Providers sit behind one trait, [`ChatModel`]: an OpenAI-compatible
 //! chat-completions client ([`openai`]) and Amazon Bedrock Converse
@@ -21,6 +22,7 @@ pub mod archive;
 pub mod bedrock;
 pub mod expansion;
 pub mod openai;
+pub mod rerank;
 pub mod rewrite;
 
 /// One completion request: a system text, a user text, and how much to
@@ -120,11 +122,7 @@ pub trait ChatModel: Send + Sync + fmt::Debug {
 pub fn client(config: &ModelConfig) -> Arc<dyn ChatModel> {
     match config {
         ModelConfig::Openai { base_url, model, api_key_env, api_key_secret, api_key } => {
-            let key = match (api_key, api_key_secret) {
-                (Some(key), _) => openai::ApiKey::Value(key.clone()),
-                (None, Some(secret)) => openai::ApiKey::Unresolved(secret.clone()),
-                (None, None) => openai::ApiKey::Env(api_key_env.clone()),
-            };
+            let key = openai::ApiKey::of(api_key.as_ref(), api_key_secret.as_ref(), api_key_env);
             Arc::new(openai::OpenAiChat::new(base_url, model, key))
         }
         #[cfg(feature = "bedrock")]

@@ -88,24 +88,52 @@ impl OpenAiChat {
         if let Some(ready) = self.client.get() {
             return Ok(ready);
         }
-        let client = reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT).build().map_err(|e| {
-            LlmError::Config { model: self.id.clone(), message: format!("cannot build http client: {e}") }
-        })?;
-        let key = match &self.key {
-            ApiKey::Env(var) => std::env::var(var).ok().filter(|k| !k.is_empty()),
-            ApiKey::Value(key) => Some(key.expose().to_owned()),
-            ApiKey::Unresolved(secret) => {
-                return Err(LlmError::Config {
-                    model: self.id.clone(),
-                    message: format!(
-                        "the api key secret {secret:?} was not resolved: this build has no feature `secrets`"
-                    ),
-                });
-            }
-            ApiKey::None => None,
-        };
-        Ok(self.client.get_or_init(|| (client, key)))
+        let ready = connect(&self.id, &self.key)?;
+        Ok(self.client.get_or_init(|| ready))
     }
+}
+
+impl ApiKey {
+    /// The key of an OpenAI-compatible model's settings: the one resolved
+    /// at init (`api_key`), else the unresolved secret it names, else the
+    /// variable `api_key_env`.
+    #[must_use]
+    pub fn of(api_key: Option<&crate::config::Secret>, secret: Option<&String>, api_key_env: &str) -> Self {
+        match (api_key, secret) {
+            (Some(key), _) => Self::Value(key.clone()),
+            (None, Some(secret)) => Self::Unresolved(secret.clone()),
+            (None, None) => Self::Env(api_key_env.to_owned()),
+        }
+    }
+
+    /// The key to send, read now (`Env`), or why there is none to send
+    /// (`Unresolved`: [`LlmError::Config`] naming the secret).
+    fn resolve(&self, model: &str) -> Result<Option<String>, LlmError> {
+        match self {
+            Self::Env(var) => Ok(std::env::var(var).ok().filter(|k| !k.is_empty())),
+            Self::Value(key) => Ok(Some(key.expose().to_owned())),
+            Self::Unresolved(secret) => Err(LlmError::Config {
+                model: model.to_owned(),
+                message: format!("the api key secret {secret:?} was not resolved: this build has no feature `secrets`"),
+            }),
+            Self::None => Ok(None),
+        }
+    }
+}
+
+/// A model client's first-call setup, shared with the reranker
+/// ([`super::rerank`]): an HTTP client (rustls, [`CONNECT_TIMEOUT`]) and
+/// the key `key` resolves to.
+///
+/// # Errors
+/// [`LlmError::Config`] when the client cannot be built or the key's
+/// secret was not resolved.
+pub(crate) fn connect(model: &str, key: &ApiKey) -> Result<(reqwest::Client, Option<String>), LlmError> {
+    let client = reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .build()
+        .map_err(|e| LlmError::Config { model: model.to_owned(), message: format!("cannot build http client: {e}") })?;
+    Ok((client, key.resolve(model)?))
 }
 
 /// Whether an answer is a server refusing `response_format` (a 400 or 422

@@ -20,13 +20,15 @@ use crate::llm::rewrite::{self, RewriteStatus, Rewritten};
 use crate::retrieval::{authorize_targets, checked_index, embed_queries};
 
 /// Runs context mode: authorises `exclude_uris`, reads the session (ledger
-/// and context) when one is given, expands the query, assembles, rewrites,
+/// and context) when one is given, expands the query, assembles (with the
+/// reranker, when one is configured, within the deadline), rewrites,
 /// records the ledger, and reports what each step did. The LLM stages and
 /// the ledger write never fail the request and never run past `deadline`.
 ///
 /// Cost: the assembly line's (one embedding call, the searches, the
-/// planned reads); with a session that needs it, the session read
-/// overlapping the index revalidation and the original query's embedding;
+/// planned reads; with a reranker, one bounded call); with a session that
+/// needs it, the session read overlapping the index revalidation and the
+/// original query's embedding;
 /// at most two bounded model calls; with `dedup_turns`, one conditional
 /// write of the ledger.
 ///
@@ -74,6 +76,11 @@ pub async fn context(
     }
     let mut assemble_params = params.assemble.clone();
     assemble_params.queries.clone_from(&expansion.queries);
+    if app.reranker.is_some() {
+        let cap = RetrievalConfig::seconds(app.config.retrieval.rerank_timeout_s);
+        let reserve = Duration::from_millis(app.config.retrieval.stage_reserve_ms);
+        assemble_params.rerank_within = deadline.stage_budget(Instant::now(), cap, reserve);
+    }
     let mut assembled = match prepared {
         Some((index, original)) => {
             let queries: Vec<&str> = assemble_params.queries.iter().map(String::as_str).collect();

@@ -35,6 +35,19 @@ fn use_m3() -> UseM3Embedder {
 /// The demo ingested with USE-m3 into a fresh local store, served in dev
 /// mode (user `default`); keep the directory alive while the app is used.
 pub(crate) async fn demo_app() -> (Arc<App>, TempDir) {
+    ingested_demo().await
+}
+
+/// Another app over `app`'s store and embedder (the demo, ingested once),
+/// with `edit` applied to a copy of its configuration.
+pub(crate) fn demo_app_with(app: &App, edit: impl FnOnce(&mut Config)) -> Arc<App> {
+    let mut config = app.config.clone();
+    edit(&mut config);
+    Arc::new(App::with_parts(config, Arc::clone(&app.store), Arc::clone(&app.embedder)))
+}
+
+/// [`demo_app`]'s construction.
+async fn ingested_demo() -> (Arc<App>, TempDir) {
     let dir = TempDir::new("demo");
     let store: SharedStore = Arc::new(LocalStore::open(dir.path()).expect("open the local store"));
     let embedder: Arc<dyn Embedder> = Arc::new(use_m3());

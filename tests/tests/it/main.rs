@@ -32,6 +32,7 @@ mod model_server;
 mod openapi;
 mod passages;
 mod recall_api;
+mod rerank;
 mod resources;
 mod retrieval_quality;
 mod route_calls;

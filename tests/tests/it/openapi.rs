@@ -2334,10 +2334,18 @@ fn context_result(full: bool) -> skald::pipeline::ContextResult {
         relevance: skald::assemble::relevance::CutStats {
             gap: Some(0.15),
             floor: full.then_some(0.55),
+            threshold: full.then_some(0.1),
             best: Some(0.71),
             cut: 2,
             empty: some("nothing relevant"),
         },
+        rerank: full.then(|| skald::assemble::rerank::RerankStats {
+            model: "rerank:bge-reranker-v2-m3".into(),
+            status: "timeout",
+            scored: 0,
+            threshold: 0.1,
+            error: Some("no answer within 1500 ms".into()),
+        }),
         excluded: 1,
         origins: Origins { actor_peer: 1, own: 3, other_peer: 1 },
         peer_scope: PeerScope::All,
