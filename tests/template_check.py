@@ -36,6 +36,8 @@ except ImportError:
 
 TEMPLATE = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "infra", "template.yaml")
 MODEL_FUNCTIONS = {"SearchContextFunction", "RecallPresetFunction", "SessionsFunction", "McpFunction", "ExtractorFunction"}
+# The functions that run context mode, whose reranker may need its key.
+RERANK_FUNCTIONS = {"SearchContextFunction", "RecallPresetFunction", "McpFunction"}
 # Each function's S3 Vectors actions with the bucket enabled. A reader's
 # query filters on metadata and returns it, which S3 Vectors allows only
 # with GetVectors besides QueryVectors; the indexer also writes, deletes,
@@ -305,6 +307,8 @@ def main():
             check(has_policy == (name in MODEL_FUNCTIONS), f"{name}: model access policy attached: {has_policy}")
             has_secret = "SKALD_LLM_API_KEY_SECRET" in variables
             check(has_secret == (name in MODEL_FUNCTIONS), f"{name}: given the key secret's ARN: {has_secret}")
+            has_rerank = "SKALD_RERANK_API_KEY_SECRET" in variables
+            check(has_rerank == (name in RERANK_FUNCTIONS), f"{name}: given the reranker's secret ARN: {has_rerank}")
     # S3 refuses two notification rules of one event type whose prefixes
     # and suffixes both overlap; every queue a function takes has a
     # dead-letter queue watched by an alarm, and the function reports
