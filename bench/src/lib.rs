@@ -436,6 +436,92 @@ run scripts/setup-model.sh first (or set SKALD_E5_DIR)",
     Arc::new(skald::embed::ensemble::Ensemble::new(Arc::new(use_m3("--hashed")), Arc::new(e5)))
 }
 
+/// The benches' reranker flags: `--rerank-e5` (the local stand-in,
+/// [`e5_reranker`]), or `--rerank BASE_URL` with `--rerank-model NAME` (a
+/// real service's `/rerank`, its key in `SKALD_RERANK_API_KEY`), and
+/// `--rerank-threshold X` (`retrieval.rerank_threshold`).
+#[derive(Debug, Default)]
+pub struct RerankFlags {
+    e5: bool,
+    url: Option<String>,
+    model: Option<String>,
+}
+
+impl RerankFlags {
+    /// Takes `flag` (and its value) if it is one of these; false otherwise.
+    pub fn take(&mut self, flags: &mut Flags, flag: &str, retrieval: &mut skald::config::RetrievalConfig) -> bool {
+        let value = |flags: &mut Flags| flags.value(flag).unwrap_or_else(|e| fail(flag, e));
+        match flag {
+            "--rerank-e5" => self.e5 = true,
+            "--rerank" => self.url = Some(value(flags)),
+            "--rerank-model" => self.model = Some(value(flags)),
+            "--rerank-threshold" => {
+                let text = value(flags);
+                retrieval.rerank_threshold =
+                    text.parse().ok().filter(|x: &f64| x.is_finite()).unwrap_or_else(|| fail(flag, "not a number"));
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// The `rerank` setting these flags ask for, and the local server
+    /// behind `--rerank-e5` (keep it alive while the app runs).
+    pub async fn config(&self) -> (Option<skald::config::ModelConfig>, Option<skald_tests::model_server::ModelServer>) {
+        if self.e5 {
+            let server = e5_reranker().await;
+            return (Some(server.openai_model("e5-cosine")), Some(server));
+        }
+        let Some(url) = &self.url else { return (None, None) };
+        let model = self.model.clone().unwrap_or_else(|| fail("--rerank", "needs --rerank-model"));
+        let config = skald::config::ModelConfig::Openai {
+            base_url: url.clone(),
+            model,
+            api_key_env: "SKALD_RERANK_API_KEY".into(),
+            api_key_secret: None,
+            api_key: None,
+        };
+        (Some(config), None)
+    }
+}
+
+/// A local reranker for the benches' `--rerank-e5`: a
+/// [`skald_tests::model_server::ModelServer`] answering `POST /v1/rerank`
+/// with multilingual-e5-small's cosine of the query (`query:` side) and
+/// each document (`passage:` side), its embeddings cached by text. A
+/// second-stage model that runs here (no cross-encoder can be fetched on
+/// this machine): what the rerank stage and its threshold do with a
+/// bi-encoder's scores, not what a cross-encoder would score. Exits with
+/// status 2 when the e5 model is missing.
+pub async fn e5_reranker() -> skald_tests::model_server::ModelServer {
+    use skald::embed::e5::{E5Embedder, Side};
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    let e5 = E5Embedder::open(e5_dir()).unwrap_or_else(|e| {
+        eprintln!("{}: {e}\nrun scripts/setup-model.sh first (or set SKALD_E5_DIR)", program());
+        std::process::exit(2)
+    });
+    let cache: Mutex<HashMap<(bool, String), Vec<f32>>> = Mutex::new(HashMap::new());
+    let vector = move |text: &str, query: bool| -> Vec<f32> {
+        let key = (query, text.to_owned());
+        if let Some(v) = cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key) {
+            return v.clone();
+        }
+        let side = if query { Side::Query } else { Side::Passage };
+        let v = e5.embed_blocking(&[text], side).pop().unwrap_or_default();
+        cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, v.clone());
+        v
+    };
+    let server = skald_tests::model_server::ModelServer::start().await;
+    server.set_default(skald_tests::model_server::Reply::compute(move |query_and_document| {
+        let (query, document) = query_and_document.split_once('\n').unwrap_or((query_and_document, ""));
+        let (q, d) = (vector(query, true), vector(document, false));
+        let cosine: f32 = q.iter().zip(&d).map(|(a, b)| a * b).sum();
+        format!("{cosine}")
+    }));
+    server
+}
+
 /// The USE-m3 model of [`use_m3_dir`], or exit with status 2.
 fn use_m3(hashed_flag: &str) -> UseM3Embedder {
     match UseM3Embedder::open(use_m3_dir()) {

@@ -5,6 +5,7 @@
 //! scripts/setup-model.sh        # once (the USE-m3 model), unless --hashed
 //! cargo build --release -p skald-bench --bin bench_retrieval
 //! target/release/bench_retrieval [--hashed] [--only-kind K] [--show-misses N] [--fused]
+//! target/release/bench_retrieval --rerank-e5 --rerank-threshold 0.84   # context mode reranked
 //! SKALD_SHOW_BLOCKS=1 target/release/bench_retrieval --show-misses 3   # the missed blocks too
 //! python3 tests/eval/retrieval/check.py   # the set's own checks
 //! ```
@@ -57,7 +58,7 @@ use skald_bench::eval::{Bm25, normal, unescape};
 use skald_bench::{Flags, TempStore, block_on, embedder, event, fail, parse_body, program, repo};
 use skald_tests::fixture::{FIND_PATH, SEARCH_PATH};
 
-const USAGE: &str = "usage: bench_retrieval [--hashed] [--only-kind answerable|multi|paragraph|unanswerable] [--show-misses N] [--gap X] [--floor X] [--fused]";
+const USAGE: &str = "usage: bench_retrieval [--hashed] [--only-kind answerable|multi|paragraph|unanswerable] [--show-misses N] [--gap X] [--floor X] [--fused] [--rerank-e5 | --rerank BASE_URL --rerank-model NAME] [--rerank-threshold X]";
 
 /// The kinds of query, in report order.
 const KINDS: [&str; 4] = ["answerable", "multi", "paragraph", "unanswerable"];
@@ -198,7 +199,11 @@ fn main() {
     let (mut hashed, mut only_kind, mut show) = (false, None::<String>, 0usize);
     let mut retrieval = skald::config::RetrievalConfig::default();
     let mut fused = false;
+    let mut rerank = skald_bench::RerankFlags::default();
     while let Some(flag) = flags.next() {
+        if rerank.take(&mut flags, &flag, &mut retrieval) {
+            continue;
+        }
         match flag.as_str() {
             "--hashed" => hashed = true,
             "--fused" => fused = true,
@@ -235,7 +240,17 @@ fn main() {
         docs.len()
     );
     let started = Instant::now();
-    let tallies = block_on(evaluate(&queries, &docs, embedder, show, retrieval));
+    let tallies = block_on(async {
+        let (rerank, _server) = rerank.config().await;
+        Box::pin(evaluate(
+            &queries,
+            &docs,
+            embedder,
+            show,
+            skald::config::Config { retrieval, rerank, ..skald_bench::dev_config() },
+        ))
+        .await
+    });
     println!();
     print_tables(&tallies);
     println!();
@@ -295,7 +310,7 @@ async fn evaluate(
     docs: &[PathBuf],
     embedder: Arc<dyn Embedder>,
     show: usize,
-    retrieval: skald::config::RetrievalConfig,
+    config: skald::config::Config,
 ) -> BTreeMap<(String, usize), Tally> {
     let temp = TempStore::open("skald-bench-retrieval");
     let started = Instant::now();
@@ -304,7 +319,6 @@ async fn evaluate(
     let took = started.elapsed().as_secs_f64();
     println!("ingest: {took:.1} s");
     report_index_size(&temp, docs, took).await;
-    let config = skald::config::Config { retrieval, ..skald_bench::dev_config() };
     let app = skald::app::App::with_parts(config, temp.store().clone(), embedder);
     let corpus = Corpus::read(docs);
     println!(
