@@ -64,13 +64,13 @@ if [ -n "${SKALD_NO_SERVE:-}" ]; then
 fi
 
 step 5 "starting the functions on http://127.0.0.1:$port"
-# The LLM stages' models (SKALD_LLM_*, SKALD_QUERY_PLANNER_*, see the
-# README) and the identity mode (SKALD_IDENTITY_MODE=api_key: API keys made
+# The models (SKALD_LLM_*, SKALD_QUERY_PLANNER_*, SKALD_EXTRACTION_*,
+# SKALD_RERANK_*, see docs/configuration.md) and the identity mode (SKALD_IDENTITY_MODE=api_key: API keys made
 # with `skald keys create`), forwarded to the functions when set.
 env_args=(--env-var "SKALD_CONFIG=$config")
 while IFS='=' read -r name value; do
   env_args+=(--env-var "$name=$value")
-done < <(env | grep -E '^(SKALD_LLM_[A-Z_]*|SKALD_QUERY_PLANNER_[A-Z_]*|SKALD_IDENTITY_MODE)=' || true)
+done < <(env | grep -E '^(SKALD_(LLM|QUERY_PLANNER|EXTRACTION|RERANK)_[A-Z_]*|SKALD_IDENTITY_MODE)=' || true)
 # Without --ignore-changes, `cargo lambda watch` SIGKILLs and re-runs every
 # started function whenever any file of the workspace outside .gitignore
 # changes — an edit anywhere (docs, tests), or .git/index.lock, which a plain

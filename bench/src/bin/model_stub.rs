@@ -9,7 +9,9 @@
 //!
 //! - the OpenAI-compatible chat-completions API at `http://ADDR/v1`;
 //! - Amazon Bedrock Converse at `http://ADDR` (a Bedrock model's
-//!   `endpoint_url` in the configuration file).
+//!   `endpoint_url` in the configuration file);
+//! - a reranker's `POST /v1/rerank` (Cohere's shape): each document scored
+//!   by the share of the query's words it holds.
 //!
 //! The answers: a rewrite prompt gets one cited bullet per `<memory>` entry
 //! (`- <first line> (source: <uri>)`), an expansion prompt one query (the
