@@ -52,7 +52,7 @@ use skald::sessions::{SessionId, StoredMessage};
 use skald_bench::eval::{Bm25, normal, unescape};
 use skald_bench::{Flags, TempStore, block_on, embedder, event, fail, parse_body, percentile, repo, sorted};
 
-const USAGE: &str = "usage: bench_conversations [--only NAME] [--hashed] [--show-misses N] [--episode-messages N] [--episode-tokens N] [--limit N] [--search-type semantic|keywords|hybrid] [--model-stub] [--gap X] [--floor X] [--fused]";
+const USAGE: &str = "usage: bench_conversations [--only NAME] [--hashed] [--show-misses N] [--episode-messages N] [--episode-tokens N] [--limit N] [--search-type semantic|keywords|hybrid] [--model-stub] [--gap X] [--floor X] [--fused] [--rerank-e5 | --rerank BASE_URL --rerank-model NAME] [--rerank-threshold X]";
 
 #[derive(Debug, Deserialize)]
 struct Conversation {
@@ -160,7 +160,11 @@ fn main() {
     let mut search_type: Option<String> = None;
     let mut retrieval = skald::config::RetrievalConfig::default();
     let mut fused = false;
+    let mut rerank_flags = skald_bench::RerankFlags::default();
     while let Some(flag) = flags.next() {
+        if rerank_flags.take(&mut flags, &flag, &mut retrieval) {
+            continue;
+        }
         match flag.as_str() {
             "--only" => only = Some(flags.value(&flag).unwrap_or_else(|e| fail("--only", e))),
             "--hashed" => hashed = true,
@@ -215,13 +219,12 @@ fn main() {
         let conversation: Conversation =
             serde_json::from_str(&text).unwrap_or_else(|e| fail(&file.display().to_string(), e));
         let started = Instant::now();
-        let results = block_on(evaluate(
-            &conversation,
-            Arc::clone(&embedder),
-            &memory,
-            Asking { limit, search_type: search_type.clone(), show, retrieval: retrieval.clone() },
-            stub,
-        ));
+        let results = block_on(async {
+            // The reranker's local server (`--rerank-e5`) lives on this runtime.
+            let (rerank, _server) = rerank_flags.config().await;
+            let asking = Asking { limit, search_type: search_type.clone(), show, retrieval: retrieval.clone(), rerank };
+            Box::pin(evaluate(&conversation, Arc::clone(&embedder), &memory, asking, stub)).await
+        });
         println!(
             "{} ({}): {} sessions, {} messages -> {} episodes, {} questions, {:.1} s",
             conversation.name,
@@ -318,6 +321,8 @@ struct Asking {
     show: usize,
     /// The relevance bars.
     retrieval: skald::config::RetrievalConfig,
+    /// The reranker, if any.
+    rerank: Option<skald::config::ModelConfig>,
 }
 
 /// Feeds `conversation` in and asks every question.
@@ -328,7 +333,7 @@ async fn evaluate(
     asking: Asking,
     stub: bool,
 ) -> Results {
-    let Asking { limit, search_type, show, retrieval } = asking;
+    let Asking { limit, search_type, show, retrieval, rerank } = asking;
     let temp = TempStore::open(&format!("skald-bench-conversations-{}", conversation.name));
     // With --model-stub, commits extract memories through a local model
     // stand-in (one memory per user message): what extraction costs in
@@ -337,6 +342,7 @@ async fn evaluate(
     let mut config = skald_bench::dev_config();
     config.memory = memory.clone();
     config.retrieval = retrieval;
+    config.rerank = rerank;
     config.extraction = model.as_ref().map(|m| m.openai_model("stub"));
     let app = skald::app::App::with_parts(config, temp.store().clone(), embedder);
     let mut results = Results::default();
