@@ -102,3 +102,25 @@ impl Candidate {
         self.span.map(|s| (s.first_line, s.last_line))
     }
 }
+
+/// An event memory named `name` (its abstract too) with these scores, for
+/// the pure stages' tests.
+#[cfg(test)]
+pub(crate) fn event(name: &str, score: f64, rank_score: f64) -> Candidate {
+    Candidate {
+        uri: VikingUri::from_path(&format!("user/u/memories/events/{name}.md")).expect("valid"),
+        category: Category::Events,
+        is_directory: false,
+        is_memory: true,
+        score,
+        rank_score,
+        origin: Origin::Own,
+        abstract_text: name.to_owned(),
+        abstract_tokens: 2,
+        overview_tokens: None,
+        full_tokens: Some(2),
+        dedup_key: name.to_owned(),
+        span: None,
+        level: LEVEL_FILE,
+    }
+}

@@ -96,28 +96,7 @@ pub fn apply(candidates: &mut Vec<Candidate>, scores: &[f64]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::assemble::candidate::Origin;
-    use crate::index::Category;
-    use crate::uri::VikingUri;
-
-    fn cand(name: &str, score: f64, rank_score: f64) -> Candidate {
-        Candidate {
-            uri: VikingUri::from_path(&format!("user/u/memories/events/{name}.md")).expect("valid"),
-            category: Category::Events,
-            is_directory: false,
-            is_memory: true,
-            score,
-            rank_score,
-            origin: Origin::Own,
-            abstract_text: name.to_owned(),
-            abstract_tokens: 2,
-            overview_tokens: None,
-            full_tokens: Some(2),
-            dedup_key: name.to_owned(),
-            span: None,
-            level: crate::index::record::LEVEL_FILE,
-        }
-    }
+    use crate::assemble::candidate::event as cand;
 
     fn order(cs: &[Candidate]) -> Vec<(&str, f64)> {
         cs.iter().map(|c| (c.abstract_text.as_str(), c.score)).collect()
