@@ -557,6 +557,25 @@ impl ModelConfig {
             .then(|| "rerank.provider must be openai (a service with POST /rerank), not bedrock".to_owned())
     }
 
+    /// The reranker `SKALD_RERANK_*` describes ([`ModelConfig::from_variables`]
+    /// over `lookup`), or `None` when `SKALD_RERANK_MODEL` is unset.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for a provider other than `openai`, or
+    /// without `SKALD_RERANK_BASE_URL` (OpenAI's own API has no `/rerank`:
+    /// the service must be named).
+    pub fn rerank_from_variables(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<Self>, ConfigError> {
+        let named = lookup("SKALD_RERANK_BASE_URL").is_some_and(|url| !url.is_empty());
+        let Some(model) = Self::from_variables("SKALD_RERANK", lookup)? else { return Ok(None) };
+        let problem = model
+            .rerank_problem()
+            .or_else(|| (!named).then(|| "SKALD_RERANK_BASE_URL is required with SKALD_RERANK_MODEL".to_owned()));
+        match problem {
+            Some(message) => Err(ConfigError::Invalid { path: "environment".into(), message }),
+            None => Ok(Some(model)),
+        }
+    }
+
     /// The model an environment prefix describes (`{prefix}_MODEL`, with
     /// `{prefix}_PROVIDER` = `openai` (default) or `bedrock`; for OpenAI
     /// `{prefix}_BASE_URL` (default `https://api.openai.com/v1`) and the key
@@ -851,10 +870,7 @@ impl Config {
         if let Some(model) = ModelConfig::from_env_prefix("SKALD_EXTRACTION")? {
             config.extraction = Some(model);
         }
-        if let Some(model) = ModelConfig::from_env_prefix("SKALD_RERANK")? {
-            if let Some(message) = model.rerank_problem() {
-                return Err(ConfigError::Invalid { path: "environment".into(), message });
-            }
+        if let Some(model) = ModelConfig::rerank_from_variables(|name| std::env::var(name).ok())? {
             config.rerank = Some(model);
         }
         if let Ok(mode) = std::env::var("SKALD_IDENTITY_MODE")

@@ -173,21 +173,28 @@ fn the_reranker_is_configured_from_the_environment_and_a_provider_without_rerank
     let vars = |pairs: &'static [(&'static str, &'static str)]| {
         move |name: &str| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| (*v).to_owned())
     };
-    let model = ModelConfig::from_variables(
-        "SKALD_RERANK",
-        vars(&[("SKALD_RERANK_MODEL", "bge-reranker-v2-m3"), ("SKALD_RERANK_BASE_URL", "http://127.0.0.1:8080/v1")]),
-    )
+    let model = ModelConfig::rerank_from_variables(vars(&[
+        ("SKALD_RERANK_MODEL", "bge-reranker-v2-m3"),
+        ("SKALD_RERANK_BASE_URL", "http://127.0.0.1:8080/v1"),
+    ]))
     .expect("valid")
     .expect("set");
-    assert_eq!(model.rerank_problem(), None);
     assert_eq!(model.id(), "openai:bge-reranker-v2-m3");
-    let bedrock = ModelConfig::from_variables(
-        "SKALD_RERANK",
-        vars(&[("SKALD_RERANK_MODEL", "cohere.rerank-v3-5:0"), ("SKALD_RERANK_PROVIDER", "bedrock")]),
-    )
-    .expect("valid")
-    .expect("set");
-    assert!(bedrock.rerank_problem().is_some_and(|p| p.contains("rerank.provider")));
+    assert_eq!(ModelConfig::rerank_from_variables(vars(&[("SKALD_RERANK_BASE_URL", "http://x/v1")])).ok(), Some(None));
+    // (what, variables, the error's words)
+    type Variables = &'static [(&'static str, &'static str)];
+    let refused: [(&str, Variables, &str); 2] = [
+        (
+            "bedrock has no /rerank here",
+            &[("SKALD_RERANK_MODEL", "cohere.rerank-v3-5:0"), ("SKALD_RERANK_PROVIDER", "bedrock")],
+            "rerank.provider",
+        ),
+        ("OpenAI's own API has none", &[("SKALD_RERANK_MODEL", "m")], "SKALD_RERANK_BASE_URL is required"),
+    ];
+    for (what, variables, words) in refused {
+        let err = ModelConfig::rerank_from_variables(vars(variables)).expect_err(what).to_string();
+        assert!(err.contains(words), "{what}: {err}");
+    }
     // (what, configuration, the error's words)
     let table = [
         (
