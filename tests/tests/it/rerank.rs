@@ -34,13 +34,22 @@ const DEADLINE_MS: u64 = 2500;
 /// The model name the tests configure.
 const MODEL: &str = "rerank-stub";
 
-/// A reranker's score for `document`: high when it is about a cat (in
-/// English or Chinese), low otherwise.
+/// A reranker's score for `document`: highest for the vet's diet advice
+/// (a check-up, 体检), high for anything else about a cat (in English or
+/// Chinese), low otherwise.
 fn cat_score(query_and_document: &str) -> String {
     let document = query_and_document.split_once('\n').map_or("", |(_, d)| d).to_lowercase();
     let about_cat = document.contains('猫') || document.split(|c: char| !c.is_alphanumeric()).any(|w| w == "cat");
-    if about_cat { "0.93" } else { "0.02" }.to_owned()
+    match (about_cat, document.contains("体检")) {
+        (true, true) => "0.97",
+        (true, false) => "0.93",
+        (false, _) => "0.02",
+    }
+    .to_owned()
 }
+
+/// The vet visit: what [`cat_score`] ranks first.
+const VET_VISIT: &str = "viking://user/default/memories/events/2026/09/29/niangao_vet_visit.md";
 
 /// `demo` (see [`demo_app`]) with `server` as its reranker.
 fn reranked(demo: &App, server: &ModelServer) -> Arc<App> {
@@ -86,7 +95,7 @@ async fn the_block_follows_the_rerankers_scores_and_holds_only_what_it_finds_rel
     let documents = sent["documents"].as_array().expect("documents");
     assert_eq!(stats["rerank"]["scored"].as_u64(), Some(documents.len() as u64), "{stats}");
     assert_eq!(sent["top_n"].as_u64(), Some(documents.len() as u64));
-    let about_cat = documents.iter().filter(|d| cat_score(&format!("q\n{}", d.as_str().unwrap_or(""))) == "0.93");
+    let about_cat = documents.iter().filter(|d| cat_score(&format!("q\n{}", d.as_str().unwrap_or(""))) != "0.02");
     let relevant = about_cat.count();
     assert!(relevant >= 2 && relevant < documents.len(), "the candidates mix cats and strangers: {documents:?}");
 
@@ -94,9 +103,13 @@ async fn the_block_follows_the_rerankers_scores_and_holds_only_what_it_finds_rel
     // alone injects strangers beside the cat memories.
     let served = uris(&result);
     assert_eq!(served.len(), relevant, "{:#}", result["rendered"]);
-    for entry in result["entries"].as_array().into_iter().flatten() {
-        assert_eq!(entry["score"].as_f64(), Some(0.93), "the reranker's score is shown: {entry}");
-    }
+    let scores: Vec<f64> =
+        result["entries"].as_array().into_iter().flatten().filter_map(|e| e["score"].as_f64()).collect();
+    let mut want = vec![0.93; relevant];
+    want[0] = 0.97;
+    assert_eq!(scores, want, "the reranker's scores are shown, best first: {served:?}");
+    assert_eq!(served.first().map(String::as_str), Some(VET_VISIT), "its best comes first");
+    assert_ne!(uris(&without).first().map(String::as_str), Some(VET_VISIT), "the search alone ranks it lower");
     for cat in ["memories/entities/pets/niangao.md", "memories/events/2026/09/29/niangao_vet_visit.md"] {
         assert!(served.iter().any(|u| u.ends_with(cat)), "{cat} not in {served:?}");
     }
