@@ -37,8 +37,7 @@ pub struct OpenAiChat {
     id: String,
     url: String,
     model: String,
-    key: ApiKey,
-    client: OnceLock<(reqwest::Client, Option<String>)>,
+    connection: Connection,
     /// Set once the server refused `response_format`: JSON is then asked
     /// for by the instructions alone.
     no_json_mode: AtomicBool,
@@ -52,8 +51,7 @@ impl OpenAiChat {
             id: format!("openai:{model}"),
             url: format!("{}/chat/completions", base_url.trim_end_matches('/')),
             model: model.to_owned(),
-            key,
-            client: OnceLock::new(),
+            connection: Connection::new(key),
             no_json_mode: AtomicBool::new(false),
         }
     }
@@ -61,7 +59,6 @@ impl OpenAiChat {
     /// One POST of `request` (with `response_format` when `json_mode`):
     /// the status and the body text.
     async fn post(&self, request: &ChatRequest<'_>, json_mode: bool) -> Result<(StatusCode, String), LlmError> {
-        let (client, key) = self.client()?;
         let mut body = json!({
             "model": self.model,
             "messages": [
@@ -74,22 +71,7 @@ impl OpenAiChat {
         if json_mode {
             body["response_format"] = json!({"type": "json_object"});
         }
-        let mut call = client.post(&self.url).json(&body);
-        if let Some(key) = key {
-            call = call.bearer_auth(key);
-        }
-        let transport = |e: reqwest::Error| LlmError::Transport { model: self.id.clone(), message: e.to_string() };
-        let response = call.send().await.map_err(transport)?;
-        let status = response.status();
-        Ok((status, response.text().await.map_err(transport)?))
-    }
-
-    fn client(&self) -> Result<&(reqwest::Client, Option<String>), LlmError> {
-        if let Some(ready) = self.client.get() {
-            return Ok(ready);
-        }
-        let ready = connect(&self.id, &self.key)?;
-        Ok(self.client.get_or_init(|| ready))
+        self.connection.post_json(&self.id, &self.url, &body).await
     }
 }
 
@@ -121,19 +103,56 @@ impl ApiKey {
     }
 }
 
-/// A model client's first-call setup, shared with the reranker
-/// ([`super::rerank`]): an HTTP client (rustls, [`CONNECT_TIMEOUT`]) and
-/// the key `key` resolves to.
-///
-/// # Errors
-/// [`LlmError::Config`] when the client cannot be built or the key's
-/// secret was not resolved.
-pub(crate) fn connect(model: &str, key: &ApiKey) -> Result<(reqwest::Client, Option<String>), LlmError> {
-    let client = reqwest::Client::builder()
-        .connect_timeout(CONNECT_TIMEOUT)
-        .build()
-        .map_err(|e| LlmError::Config { model: model.to_owned(), message: format!("cannot build http client: {e}") })?;
-    Ok((client, key.resolve(model)?))
+/// A model service's HTTP client (rustls, [`CONNECT_TIMEOUT`]) and the key
+/// it sends, both set up on the first call: shared by the chat client and
+/// the reranker ([`super::rerank`]).
+#[derive(Debug)]
+pub(crate) struct Connection {
+    key: ApiKey,
+    ready: OnceLock<(reqwest::Client, Option<String>)>,
+}
+
+impl Connection {
+    /// A connection that will send `key`. Builds nothing.
+    pub(crate) fn new(key: ApiKey) -> Self {
+        Self { key, ready: OnceLock::new() }
+    }
+
+    /// One POST of `body` as JSON to `url`, with the key as a bearer
+    /// token when there is one: the status and the body text. `model`
+    /// names the model in errors.
+    ///
+    /// # Errors
+    /// [`LlmError::Config`] when the client cannot be built or the key's
+    /// secret was not resolved; [`LlmError::Transport`] when the request
+    /// does not complete.
+    pub(crate) async fn post_json(
+        &self,
+        model: &str,
+        url: &str,
+        body: &serde_json::Value,
+    ) -> Result<(StatusCode, String), LlmError> {
+        let (client, key) = self.ready(model)?;
+        let mut call = client.post(url).json(body);
+        if let Some(key) = key {
+            call = call.bearer_auth(key);
+        }
+        let transport = |e: reqwest::Error| LlmError::Transport { model: model.to_owned(), message: e.to_string() };
+        let response = call.send().await.map_err(transport)?;
+        let status = response.status();
+        Ok((status, response.text().await.map_err(transport)?))
+    }
+
+    fn ready(&self, model: &str) -> Result<&(reqwest::Client, Option<String>), LlmError> {
+        if let Some(ready) = self.ready.get() {
+            return Ok(ready);
+        }
+        let client = reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT).build().map_err(|e| {
+            LlmError::Config { model: model.to_owned(), message: format!("cannot build http client: {e}") }
+        })?;
+        let key = self.key.resolve(model)?;
+        Ok(self.ready.get_or_init(|| (client, key)))
+    }
 }
 
 /// Whether an answer is a server refusing `response_format` (a 400 or 422

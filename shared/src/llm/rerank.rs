@@ -12,13 +12,11 @@
 //! The HTTP client is built on the first call; the caller bounds the call's
 //! time.
 
-use std::sync::OnceLock;
-
 use serde::Deserialize;
 use serde_json::json;
 
 use super::LlmError;
-use super::openai::{ApiKey, connect};
+use super::openai::{ApiKey, Connection};
 use crate::config::ModelConfig;
 
 /// Documents sent in one call at most: the best-ranked candidates; the
@@ -36,10 +34,9 @@ pub struct Reranker {
     id: String,
     url: String,
     model: String,
-    key: ApiKey,
     /// Why every call fails (a provider with no rerank API), if it does.
     unusable: Option<String>,
-    client: OnceLock<(reqwest::Client, Option<String>)>,
+    connection: Connection,
 }
 
 impl Reranker {
@@ -51,9 +48,8 @@ impl Reranker {
             id: format!("rerank:{model}"),
             url: format!("{}/rerank", base_url.trim_end_matches('/')),
             model: model.to_owned(),
-            key,
             unusable: None,
-            client: OnceLock::new(),
+            connection: Connection::new(key),
         }
     }
 
@@ -95,23 +91,9 @@ impl Reranker {
         if documents.is_empty() {
             return Ok(Vec::new());
         }
-        let (client, key) = match self.client.get() {
-            Some(ready) => ready,
-            None => {
-                let ready = connect(&self.id, &self.key)?;
-                self.client.get_or_init(|| ready)
-            }
-        };
         let cut: Vec<&str> = documents.iter().map(|d| prefix(d, MAX_DOCUMENT_CHARS)).collect();
         let body = json!({"model": self.model, "query": query, "documents": cut, "top_n": cut.len()});
-        let mut call = client.post(&self.url).json(&body);
-        if let Some(key) = key {
-            call = call.bearer_auth(key);
-        }
-        let transport = |e: reqwest::Error| LlmError::Transport { model: self.id.clone(), message: e.to_string() };
-        let response = call.send().await.map_err(transport)?;
-        let status = response.status();
-        let text = response.text().await.map_err(transport)?;
+        let (status, text) = self.connection.post_json(&self.id, &self.url, &body).await?;
         if !status.is_success() {
             let message: String = text.chars().take(300).collect();
             return Err(LlmError::Status { model: self.id.clone(), status: status.as_u16(), message });
