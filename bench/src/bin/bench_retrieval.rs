@@ -122,11 +122,15 @@ struct Block {
 #[derive(Debug, Default, Clone, Copy)]
 struct Tally {
     queries: usize,
-    /// Queries with relevant files, and their sums of recall@10, of
-    /// reciprocal ranks, and of the share served with text per budget.
+    /// Queries with relevant files, and their sums of recall@10 and of
+    /// reciprocal ranks.
     ranked: usize,
     recall: f64,
     reciprocal: f64,
+    /// Queries with relevant files context mode can serve (all but the
+    /// profile, [`served_by_session_start`]), and their sums of the share
+    /// served with text per budget.
+    in_context: usize,
     served: [f64; 2],
     /// Entries of the 1600 blocks of ranked queries, and those of a
     /// relevant file.
@@ -148,6 +152,7 @@ impl Tally {
         self.ranked += o.ranked;
         self.recall += o.recall;
         self.reciprocal += o.reciprocal;
+        self.in_context += o.in_context;
         self.served[0] += o.served[0];
         self.served[1] += o.served[1];
         self.injected += o.injected;
@@ -166,8 +171,8 @@ impl Tally {
             self.queries.to_string(),
             pct(self.recall, self.ranked),
             if self.ranked == 0 { "–".to_owned() } else { format!("{:.3}", self.reciprocal / self.ranked as f64) },
-            pct(self.served[0], self.ranked),
-            pct(self.served[1], self.ranked),
+            pct(self.served[0], self.in_context),
+            pct(self.served[1], self.in_context),
             pct(self.injected_relevant as f64, self.injected),
             pct(self.paragraph_held as f64, self.paragraphs),
             pct(self.abstained as f64, self.unanswerable),
@@ -347,17 +352,18 @@ async fn evaluate(
     tallies
 }
 
-/// Appends `query`'s `find` hits (score, relevant or not) by `search_type`
+/// Appends every `find` hit of `query` (score, relevant or not, URI; up to
+/// 1,000) by `search_type`
 /// to the JSON lines file `path` (`SKALD_DUMP_SCORES`): the data the
 /// relevance bars are calibrated on.
 async fn dump_scores(app: &App, q: &Query, search_type: &str, path: &std::ffi::OsStr) {
-    let found = post(app, FIND_PATH, &json!({"query": q.query, "limit": 20, "search_type": search_type})).await;
-    let mut hits: Vec<(f64, bool)> = ["memories", "resources", "skills"]
+    let found = post(app, FIND_PATH, &json!({"query": q.query, "limit": 1000, "search_type": search_type})).await;
+    let mut hits: Vec<(f64, bool, String)> = ["memories", "resources", "skills"]
         .iter()
         .flat_map(|list| found["result"][list].as_array().cloned().unwrap_or_default())
         .map(|hit| {
-            let uri = file_uri(hit["uri"].as_str().unwrap_or_default());
-            (hit["score"].as_f64().unwrap_or(0.0), q.relevant.contains(&uri))
+            let uri = hit["uri"].as_str().unwrap_or_default().to_owned();
+            (hit["score"].as_f64().unwrap_or(0.0), q.relevant.contains(&file_uri(&uri)), uri)
         })
         .collect();
     hits.sort_by(|a, b| b.0.total_cmp(&a.0));
@@ -498,13 +504,17 @@ fn score(q: &Query, outcome: &Outcome) -> Tally {
         t.recall = found as f64 / wanted.len() as f64;
         t.reciprocal =
             outcome.ranking.iter().position(|u| wanted.contains(u)).map_or(0.0, |rank| 1.0 / (rank + 1) as f64);
-        for (served, block) in t.served.iter_mut().zip(&outcome.blocks) {
-            let held = wanted.iter().filter(|w| block.entries.iter().any(|(u, text)| *text && u == *w)).count();
-            *served = held as f64 / wanted.len() as f64;
+        let wanted: Vec<&String> = wanted.iter().filter(|w| !served_by_session_start(w)).collect();
+        if !wanted.is_empty() {
+            t.in_context = 1;
+            for (served, block) in t.served.iter_mut().zip(&outcome.blocks) {
+                let held = wanted.iter().filter(|w| block.entries.iter().any(|(u, text)| *text && u == **w)).count();
+                *served = held as f64 / wanted.len() as f64;
+            }
+            let block = &outcome.blocks[1];
+            t.injected = block.entries.len();
+            t.injected_relevant = block.entries.iter().filter(|(u, _)| wanted.contains(&u)).count();
         }
-        let block = &outcome.blocks[1];
-        t.injected = block.entries.len();
-        t.injected_relevant = block.entries.iter().filter(|(u, _)| wanted.contains(u)).count();
     } else {
         t.unanswerable = 1;
         t.abstained = usize::from(outcome.blocks[1].entries.len() <= 1);
@@ -516,11 +526,22 @@ fn score(q: &Query, outcome: &Outcome) -> Tally {
     t
 }
 
+/// Whether context mode leaves `uri` to the session start: the user's
+/// profile is never a candidate (the plugins and `bootstrap` inject it when
+/// a session starts), so the context columns do not count it as wanted.
+fn served_by_session_start(uri: &str) -> bool {
+    uri.ends_with("/memories/profile.md")
+}
+
 /// Whether the 1600 block missed: a relevant file not served with text,
 /// the answer paragraph absent, or more than one entry for an
 /// unanswerable query.
 fn missed(q: &Query, t: &Tally) -> bool {
-    if q.ranked() { t.served[1] < 1.0 || t.paragraphs > t.paragraph_held } else { t.abstained == 0 }
+    if q.ranked() {
+        (t.in_context == 1 && t.served[1] < 1.0) || t.paragraphs > t.paragraph_held
+    } else {
+        t.abstained == 0
+    }
 }
 
 fn print_miss(q: &Query, method: &str, block: &Block) {
