@@ -142,3 +142,45 @@ fn related_texts_are_closer_across_languages_than_unrelated_ones() {
     let other = cosine(&v[0], &v[2]);
     assert!(same > other + 0.2, "en↔zh paraphrase {same}, unrelated {other}");
 }
+
+/// The committed language axis is the one the model and the pairs give
+/// (regenerate it with `cargo run --release -p skald-bench --bin
+/// language_axis` after changing either).
+#[test]
+fn the_language_axis_is_derived_from_the_pairs_by_this_model() {
+    use skald::embed::use_m3::language::{AXIS, PAIRS, derive, pairs};
+    let model = open_model();
+    let (english, chinese): (Vec<&str>, Vec<&str>) = pairs(PAIRS).into_iter().unzip();
+    let axis = derive(&model.embed_blocking(&english), &model.embed_blocking(&chinese)).expect("an axis");
+    let cos = cosine(&axis, &AXIS);
+    assert!(cos >= 0.999_999, "language_axis.in is stale: cosine {cos} with the derived axis");
+}
+
+/// A Chinese question scores an English note with its answer closer to a
+/// Chinese note on another topic once the language axis is out of the
+/// query: the query leans less towards its own language. Sentences that
+/// are not among the axis's pairs.
+#[tokio::test]
+async fn queries_lose_their_lean_towards_their_own_language() {
+    use skald::embed::Embedder as _;
+    let model = open_model();
+    // (a Chinese question, the English note that answers it, a Chinese note on another topic)
+    let cases = [
+        ("冰箱里的牛奶什么时候过期？", "The milk in the fridge expires on Tuesday.", "周末我们去爬山了。"),
+        ("部署脚本失败的原因是什么？", "The deploy script failed because the token expired.", "我妈妈喜欢做饺子。"),
+        ("明天的会议几点开始？", "Tomorrow's meeting starts at ten in the morning.", "这本小说的结局很感人。"),
+        ("我的自行车停在哪里了？", "Your bicycle is parked behind the library.", "新买的耳机音质不错。"),
+    ];
+    for (question, answer, other) in cases {
+        let plain = &model.embed_blocking(&[question])[0];
+        let query = &model.embed_queries(&[question]).await.expect("query")[0];
+        let docs = model.embed(&[answer, other]).await.expect("documents");
+        let margin = |q: &[f32]| cosine(q, &docs[0]) - cosine(q, &docs[1]);
+        assert!(
+            margin(query) > margin(plain) + 0.005,
+            "{question}: the answer's lead over the other Chinese note {:.4} → {:.4}",
+            margin(plain),
+            margin(query)
+        );
+    }
+}
