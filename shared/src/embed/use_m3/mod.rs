@@ -27,7 +27,6 @@ use super::{EmbedError, Embedder};
 
 mod darts;
 pub mod format;
-pub mod language;
 mod net;
 pub mod tokenizer;
 
@@ -247,17 +246,6 @@ impl Embedder for UseM3Embedder {
         let this = self.clone();
         embed_blocking(ID, texts, move |texts| this.embed_blocking(texts)).await
     }
-
-    /// As [`Embedder::embed`], with [`language::QUERY_SHARE`] of the
-    /// language axis taken out of each vector ([`mod@language`]): 512
-    /// multiply-adds a query.
-    async fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let mut vectors = self.embed(texts).await?;
-        for v in &mut vectors {
-            language::neutralise(v, &language::AXIS, language::QUERY_SHARE);
-        }
-        Ok(vectors)
-    }
 }
 
 /// A [`UseM3Embedder`] opened on the first [`Embedder::embed`]: building it
@@ -304,10 +292,6 @@ impl Embedder for LazyUseM3Embedder {
 
     async fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         self.get().await?.embed(texts).await
-    }
-
-    async fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        self.get().await?.embed_queries(texts).await
     }
 }
 
