@@ -28,7 +28,10 @@
 //!   file over all entries, summed over the queries that have relevant
 //!   files), whether a paragraph query's answer paragraph is in the
 //!   block (whitespace collapsed, XML escapes undone), and whether an
-//!   unanswerable query's block holds at most one entry ("abstain").
+//!   unanswerable query's block holds at most one entry ("abstain"). The
+//!   user's profile is not counted as wanted here: context mode never
+//!   serves it (the session start injects it), and a query that wants
+//!   only the profile is scored on `find` alone.
 //!
 //! URIs are compared without anything from their first `#` (a passage
 //! suffix). Beside Skald, a plain baseline over the same files: each file
@@ -132,8 +135,8 @@ struct Tally {
     /// served with text per budget.
     in_context: usize,
     served: [f64; 2],
-    /// Entries of the 1600 blocks of ranked queries, and those of a
-    /// relevant file.
+    /// Entries of the 1600 blocks of the queries counted in `in_context`,
+    /// and those of a relevant file.
     injected: usize,
     injected_relevant: usize,
     /// Paragraph queries, and those whose paragraph is in the 1600 block.
@@ -352,10 +355,9 @@ async fn evaluate(
     tallies
 }
 
-/// Appends every `find` hit of `query` (score, relevant or not, URI; up to
-/// 1,000) by `search_type`
-/// to the JSON lines file `path` (`SKALD_DUMP_SCORES`): the data the
-/// relevance bars are calibrated on.
+/// Appends every `find` hit of `query` by `search_type` (score, relevant
+/// or not, URI; up to 1,000) to the JSON lines file `path`
+/// (`SKALD_DUMP_SCORES`): the data the relevance bars are calibrated on.
 async fn dump_scores(app: &App, q: &Query, search_type: &str, path: &std::ffi::OsStr) {
     let found = post(app, FIND_PATH, &json!({"query": q.query, "limit": 1000, "search_type": search_type})).await;
     let mut hits: Vec<(f64, bool, String)> = ["memories", "resources", "skills"]
