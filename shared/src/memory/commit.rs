@@ -375,7 +375,7 @@ async fn extract_inline(app: &App, identity: &Identity, deadline: &Deadline, tas
 }
 
 #[cfg(not(feature = "llm"))]
-async fn extract_inline(_app: &App, _identity: &Identity, deadline: &Deadline, task: Task) -> Task {
+async fn extract_inline(_app: &App, _identity: &Identity, _deadline: &Deadline, task: Task) -> Task {
     task
 }
 
@@ -393,7 +393,7 @@ async fn catch_up(app: &App, identity: &Identity, deadline: &Deadline, task_id: 
 }
 
 #[cfg(not(feature = "llm"))]
-async fn catch_up(_app: &App, _identity: &Identity, deadline: &Deadline, _task_id: &str) {}
+async fn catch_up(_app: &App, _identity: &Identity, _deadline: &Deadline, _task_id: &str) {}
 
 /// Records the commit's task: completed with the `events` it made,
 /// failed with `error`, or (`pending`) waiting for model extraction. A
